@@ -1,0 +1,167 @@
+// core/alloc/central.cc — batched slab allocation and free; see central.h for the
+// locking rules.
+#include "core/alloc/central.h"
+
+#include <cstring>
+
+namespace uslab {
+
+constinit CentralList g_central[kNumClasses];
+
+constinit std::atomic<uint64_t> g_bad_free_reports{0};
+
+void report_bad_free(const void* p, const char* what, unsigned cls) {
+  config_init();
+  g_bad_free_reports.fetch_add(1, std::memory_order_relaxed);
+  if (cls)
+    os::print_stderr("uslab: %s of %p (size class %u, %u bytes)\n", what, p, cls,
+                     (unsigned)class_size(cls));
+  else
+    os::print_stderr("uslab: %s of %p (not allocated by uslab)\n", what, p);
+  if (g_config.abort_on_error)
+    os::fatal("uslab: aborting (set USLAB_CONF=abort_on_error=false to continue)\n");
+}
+
+// Carve a slab for cls: pages from the page heap, descriptor and page map filled in
+// before any other thread can see it. Runs without the class lock.
+Span* CentralList::new_slab(unsigned cls) {
+  const SizeClassInfo& info = kClassInfo[cls];
+  bool zeroed;
+  Span* s = g_page_heap.alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
+  if (!s) return nullptr;
+  s->size_class = static_cast<uint8_t>(cls);
+  s->obj_size = info.size;
+  s->div_magic = info.div_magic;
+  s->capacity = info.objects;
+  s->free_count = info.objects;
+  s->scan_hint = 0;
+  s->on_partial = 0;
+  memset(s->bitmap, 0, sizeof s->bitmap);
+  for (size_t i = 0; i < info.objects / 64; i++) s->bitmap[i] = ~uint64_t{0};
+  if (info.objects % 64) s->bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
+  Segment* seg = s->segment;
+  for (uint32_t i = 0; i < s->npages; i++) seg->page_map[s->first_page + i] = s;
+  return s;
+}
+
+// Pops up to n free objects of slab s in address order (touches memory in order).
+size_t CentralList::take_from(Span* s, void** out, size_t n) {
+  size_t got = 0;
+  size_t words = (s->capacity + 63) / 64;
+  for (size_t w = s->scan_hint; w < words && got < n; w++) {
+    uint64_t bits = s->bitmap[w];
+    while (bits && got < n) {
+      unsigned b = __builtin_ctzll(bits);
+      bits &= bits - 1;
+      out[got++] = s->start + (w * 64 + b) * size_t{s->obj_size};
+    }
+    s->bitmap[w] = bits;
+    s->scan_hint = static_cast<uint16_t>(bits ? w : w + 1);
+  }
+  s->free_count -= static_cast<uint16_t>(got);
+  return got;
+}
+
+size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
+  size_t got = 0;
+  lock_.lock();
+  batches_out_++;
+  while (got < n) {
+    Span* s = partial_.front();
+    if (!s && spare_) {
+      s = spare_;
+      spare_ = nullptr;
+      partial_.push_front(s);
+      s->on_partial = 1;
+    }
+    if (!s) {
+      lock_.unlock();
+      Span* fresh = new_slab(cls);
+      lock_.lock();
+      if (!fresh) break;
+      slabs_++;
+      free_objects_ += fresh->free_count;
+      partial_.push_front(fresh);
+      fresh->on_partial = 1;
+      continue;
+    }
+    size_t k = take_from(s, out + got, n - got);
+    got += k;
+    free_objects_ -= k;
+    if (s->free_count == 0) {
+      partial_.remove(s);
+      s->on_partial = 0;
+    }
+  }
+  lock_.unlock();
+  return got;
+}
+
+void CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
+  Span* empties[64];
+  size_t nempty = 0;
+  lock_.lock();
+  batches_in_++;
+  for (size_t i = 0; i < n; i++) {
+    void* p = ptrs[i];
+    Segment* seg = SegmentMap::lookup(p);
+    Span* s = seg->page_map[seg->page_of(p)];
+    size_t idx = (size_t)((uint64_t)(static_cast<char*>(p) - s->start) * s->div_magic >> kDivShift);
+    uint64_t bit = uint64_t{1} << (idx % 64);
+    if (s->bitmap[idx / 64] & bit) {
+      lock_.unlock();
+      report_bad_free(p, "double free", cls);
+      lock_.lock();
+      continue;
+    }
+    s->bitmap[idx / 64] |= bit;
+    if (idx / 64 < s->scan_hint) s->scan_hint = static_cast<uint16_t>(idx / 64);
+    s->free_count++;
+    free_objects_++;
+    if (!s->on_partial) {
+      partial_.push_front(s);
+      s->on_partial = 1;
+    }
+    if (s->free_count == s->capacity) {
+      // Empty: keep one spare per class so a class that oscillates around a slab
+      // boundary does not map and unmap; the rest goes back to the page heap.
+      partial_.remove(s);
+      s->on_partial = 0;
+      if (!spare_) {
+        spare_ = s;
+      } else {
+        slabs_--;
+        free_objects_ -= s->capacity;
+        empties[nempty++] = s;
+        if (nempty == 64) {
+          lock_.unlock();
+          for (size_t j = 0; j < nempty; j++) g_page_heap.free(empties[j]);
+          nempty = 0;
+          lock_.lock();
+        }
+      }
+    }
+  }
+  lock_.unlock();
+  for (size_t j = 0; j < nempty; j++) g_page_heap.free(empties[j]);
+}
+
+void CentralList::release_spare() {
+  lock_.lock();
+  Span* s = spare_;
+  spare_ = nullptr;
+  if (s) {
+    slabs_--;
+    free_objects_ -= s->capacity;
+  }
+  lock_.unlock();
+  if (s) g_page_heap.free(s);
+}
+
+CentralStats CentralList::stats(unsigned cls) {
+  LockGuard g(lock_);
+  return CentralStats{slabs_, slabs_ * kClassInfo[cls].objects, free_objects_, batches_out_,
+                      batches_in_};
+}
+
+}  // namespace uslab

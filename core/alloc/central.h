@@ -1,0 +1,67 @@
+// core/alloc/central.h — per-size-class central lists of slabs.
+//
+// Owns: for each class, the partial slabs (those with free objects), one spare
+// empty slab, and the per-slab free bitmaps. Objects move in and out only in
+// batches (alloc_batch / free_batch), so a thread cache refill or flush takes the
+// class lock once for many objects.
+//
+// Locking: CentralList::lock guards its partial list, its spare, the bitmap,
+// free_count and on_partial of every slab of that class, and the counters. A new
+// slab is carved (descriptor filled, page map written) outside the lock and then
+// published under it. Empty slabs are handed to the page heap after the class lock
+// is dropped (order: class lock → never the page heap lock).
+//
+// A slab's bitmap is also the double-free detector: freeing an object whose bit is
+// already set (free) is reported with the pointer and the class.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/page_heap.h"
+
+namespace uslab {
+
+struct CentralStats {
+  size_t slabs;
+  size_t objects;       // capacity of all slabs
+  size_t free_objects;  // free in slab bitmaps
+  uint64_t batches_out; // alloc_batch calls
+  uint64_t batches_in;  // free_batch calls
+};
+
+class CentralList {
+ public:
+  // Up to n objects into out; returns how many (0 only when memory cannot be had).
+  size_t alloc_batch(unsigned cls, void** out, size_t n);
+  // Return n objects of class cls (each already checked to be a slab object of it).
+  void free_batch(unsigned cls, void* const* ptrs, size_t n);
+  // Give the spare empty slab back to the page heap.
+  void release_spare();
+
+  CentralStats stats(unsigned cls);
+  Mutex& lock() { return lock_; }
+  void reset_after_fork() { lock_.reset_after_fork(); }
+
+ private:
+  Span* new_slab(unsigned cls);
+  size_t take_from(Span* s, void** out, size_t n);
+
+  Mutex lock_;
+  IntrusiveList<Span> partial_;
+  Span* spare_ = nullptr;
+  size_t slabs_ = 0;
+  size_t free_objects_ = 0;
+  uint64_t batches_out_ = 0;
+  uint64_t batches_in_ = 0;
+};
+
+extern CentralList g_central[kNumClasses];
+
+// Report an invalid or double free; aborts unless abort_on_error=false.
+void report_bad_free(const void* p, const char* what, unsigned cls);
+// How many bad frees were reported (they are not aborted on with abort_on_error=false).
+extern std::atomic<uint64_t> g_bad_free_reports;
+
+}  // namespace uslab

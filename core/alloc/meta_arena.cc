@@ -1,0 +1,25 @@
+// core/alloc/meta_arena.cc — bump allocation of metadata; see meta_arena.h.
+// Locking: lock_ guards cur_/end_/mapped_.
+#include "core/alloc/meta_arena.h"
+
+namespace uslab {
+
+MetaArena g_meta_arena;
+
+void* MetaArena::alloc(size_t bytes) {
+  bytes = (bytes + 63) & ~size_t{63};
+  LockGuard g(lock_);
+  if (static_cast<size_t>(end_ - cur_) < bytes) {
+    size_t chunk = bytes > kChunk ? (bytes + kChunk - 1) & ~(kChunk - 1) : kChunk;
+    char* p = static_cast<char*>(os::map(chunk));
+    if (!p) return nullptr;
+    cur_ = p;
+    end_ = p + chunk;
+    mapped_ += chunk;
+  }
+  void* r = cur_;
+  cur_ += bytes;
+  return r;
+}
+
+}  // namespace uslab

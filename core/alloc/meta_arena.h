@@ -1,0 +1,76 @@
+// core/alloc/meta_arena.h — memory for the allocator's own metadata.
+//
+// Owns: MetaArena, a bump allocator over 1 MiB mmap chunks that never returns
+// memory, and MetaPool<T>, a free list of fixed-size records (Span descriptors,
+// thread caches) on top of it. Metadata never comes from the heap it describes, so
+// corrupting an object cannot forge a descriptor, and the core never calls malloc.
+//
+// Locking: one Mutex per MetaArena/MetaPool guards its bump pointer / free list.
+// Records are zero-filled when first carved; recycled records keep old contents.
+#pragma once
+
+#include <cstddef>
+#include <new>
+
+#include "core/platform/platform.h"
+
+namespace uslab {
+
+class MetaArena {
+ public:
+  // `bytes` rounded up to 64; nullptr when the OS refuses memory.
+  void* alloc(size_t bytes);
+  size_t mapped() const { return mapped_; }
+  Mutex& lock() { return lock_; }
+
+ private:
+  static constexpr size_t kChunk = size_t{1} << 20;
+  Mutex lock_;
+  char* cur_ = nullptr;
+  char* end_ = nullptr;
+  size_t mapped_ = 0;
+};
+
+extern MetaArena g_meta_arena;
+
+template <typename T>
+class MetaPool {
+ public:
+  T* alloc() {
+    {
+      LockGuard g(lock_);
+      if (free_) {
+        Link* l = free_;
+        free_ = l->next;
+        in_use_++;
+        return reinterpret_cast<T*>(l);
+      }
+    }
+    void* p = g_meta_arena.alloc(sizeof(T) > sizeof(Link) ? sizeof(T) : sizeof(Link));
+    if (!p) return nullptr;
+    LockGuard g(lock_);
+    in_use_++;
+    return static_cast<T*>(p);
+  }
+
+  void free(T* t) {
+    LockGuard g(lock_);
+    Link* l = reinterpret_cast<Link*>(t);
+    l->next = free_;
+    free_ = l;
+    in_use_--;
+  }
+
+  size_t in_use() const { return in_use_; }
+  Mutex& lock() { return lock_; }
+
+ private:
+  struct Link {
+    Link* next;
+  };
+  Mutex lock_;
+  Link* free_ = nullptr;
+  size_t in_use_ = 0;
+};
+
+}  // namespace uslab

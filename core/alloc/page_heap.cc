@@ -1,0 +1,298 @@
+// core/alloc/page_heap.cc — span allocation, coalescing and decay; see page_heap.h.
+// Every function below that ends in _locked, and every private helper, runs with
+// lock_ held.
+#include "core/alloc/page_heap.h"
+
+#include <cstring>
+
+namespace uslab {
+
+constinit PageHeap g_page_heap;
+constinit MetaPool<Span> g_span_pool;
+
+namespace {
+
+Span* new_span_desc() {
+  Span* s = g_span_pool.alloc();
+  if (s) memset(s, 0, offsetof(Span, bitmap));
+  return s;
+}
+
+}  // namespace
+
+void PageHeap::set_bounds(Span* s) {
+  Segment* seg = s->segment;
+  seg->page_map[s->first_page] = s;
+  seg->page_map[s->first_page + s->npages - 1] = s;
+}
+
+void PageHeap::clear_bounds(Span* s) {
+  Segment* seg = s->segment;
+  seg->page_map[s->first_page] = nullptr;
+  seg->page_map[s->first_page + s->npages - 1] = nullptr;
+}
+
+void PageHeap::insert_free(Span* s) {
+  size_t i = list_index(s->npages);
+  lists_[i].push_front(s);
+  if (i < kMaxExact) nonempty_[i / 64] |= uint64_t{1} << (i % 64);
+  free_pages_ += s->npages;
+  if (s->dirty) dirty_pages_ += s->npages;
+}
+
+void PageHeap::remove_free(Span* s) {
+  size_t i = list_index(s->npages);
+  lists_[i].remove(s);
+  if (i < kMaxExact && lists_[i].empty()) nonempty_[i / 64] &= ~(uint64_t{1} << (i % 64));
+  free_pages_ -= s->npages;
+  if (s->dirty) dirty_pages_ -= s->npages;
+}
+
+Span* PageHeap::find_free(size_t npages) {
+  if (npages < kMaxExact) {
+    for (size_t w = npages / 64; w < kMaxExact / 64; w++) {
+      uint64_t bits = nonempty_[w];
+      if (w == npages / 64) bits &= ~uint64_t{0} << (npages % 64);
+      if (bits) return lists_[w * 64 + __builtin_ctzll(bits)].front();
+    }
+  }
+  // Best fit among the long spans; lower address breaks ties (keeps the heap compact).
+  Span* best = nullptr;
+  for (Span* s = lists_[kMaxExact].front(); s; s = s->next) {
+    if (s->npages < npages) continue;
+    if (!best || s->npages < best->npages ||
+        (s->npages == best->npages && s->start < best->start))
+      best = s;
+  }
+  return best;
+}
+
+Span* PageHeap::grow_heap() {
+  Span* s = new_span_desc();
+  if (!s) return nullptr;
+  Segment* seg = segment_create_normal();
+  if (!seg) {
+    g_span_pool.free(s);
+    return nullptr;
+  }
+  segments_++;
+  s->segment = seg;
+  s->first_page = 1;
+  s->npages = kMaxPages;
+  s->start = seg->page_addr(1);
+  s->kind = SpanKind::kFree;
+  s->dirty = 0;  // fresh mapping: zero pages
+  set_bounds(s);
+  insert_free(s);
+  return s;
+}
+
+// Splits the first `npages` off free span s (not on a list) into a new descriptor,
+// which is returned; s keeps the rest. Both inherit s's dirty state.
+Span* PageHeap::split_front(Span* s, size_t npages) {
+  Span* front = new_span_desc();
+  if (!front) return nullptr;
+  front->segment = s->segment;
+  front->first_page = s->first_page;
+  front->npages = static_cast<uint32_t>(npages);
+  front->start = s->start;
+  front->kind = SpanKind::kFree;
+  front->dirty = s->dirty;
+  front->freed_at_ms = s->freed_at_ms;
+  s->first_page += static_cast<uint32_t>(npages);
+  s->npages -= static_cast<uint32_t>(npages);
+  s->start += npages << kPageShift;
+  set_bounds(front);
+  set_bounds(s);
+  return front;
+}
+
+Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
+  LockGuard g(lock_);
+  Span* s = alloc_locked(npages, align_pages, kind, zeroed);
+  maybe_purge(os::now_ms());
+  return s;
+}
+
+Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
+  if (npages == 0 || align_pages == 0 || npages + align_pages - 1 > kMaxPages) return nullptr;
+  size_t want = npages + align_pages - 1;
+  Span* s = find_free(want);
+  if (!s) s = grow_heap();
+  if (!s) return nullptr;
+  remove_free(s);
+  // Leading pages up to the alignment go back to the free lists.
+  size_t lead = (align_pages - (s->first_page & (align_pages - 1))) & (align_pages - 1);
+  if (lead) {
+    Span* front = split_front(s, lead);
+    if (!front) {
+      insert_free(s);
+      return nullptr;
+    }
+    insert_free(front);
+  }
+  if (s->npages > npages) {
+    Span* front = split_front(s, npages);
+    if (!front) {
+      insert_free(s);
+      return nullptr;
+    }
+    insert_free(s);
+    s = front;
+  }
+  *zeroed = !s->dirty;
+  s->kind = kind;
+  s->dirty = 0;
+  s->prev = s->next = nullptr;
+  s->segment->used_pages += s->npages;
+  if (kind == SpanKind::kLarge) large_pages_ += s->npages;
+  return s;
+}
+
+void PageHeap::free(Span* s) {
+  LockGuard g(lock_);
+  uint64_t now = os::now_ms();
+  free_locked(s, now);
+  maybe_purge(now);
+}
+
+void PageHeap::free_locked(Span* s, uint64_t now) {
+  Segment* seg = s->segment;
+  if (s->kind == SpanKind::kSlab)
+    for (uint32_t i = 1; i + 1 < s->npages; i++) seg->page_map[s->first_page + i] = nullptr;
+  if (s->kind == SpanKind::kLarge) large_pages_ -= s->npages;
+  seg->used_pages -= s->npages;
+  s->kind = SpanKind::kFree;
+  s->size_class = 0;
+  s->obj_size = 0;
+  s->dirty = 1;
+  s->freed_at_ms = now;
+
+  // Coalesce with the free span before and the free span after (same segment only).
+  if (s->first_page > 1) {
+    Span* prev = seg->page_map[s->first_page - 1];
+    if (prev && prev->kind == SpanKind::kFree) {
+      remove_free(prev);
+      clear_bounds(prev);
+      clear_bounds(s);
+      s->first_page = prev->first_page;
+      s->start = prev->start;
+      s->npages += prev->npages;
+      g_span_pool.free(prev);
+    }
+  }
+  uint32_t after = s->first_page + s->npages;
+  if (after < kPagesPerSegment) {
+    Span* next = seg->page_map[after];
+    if (next && next->kind == SpanKind::kFree) {
+      remove_free(next);
+      clear_bounds(next);
+      clear_bounds(s);
+      s->npages += next->npages;
+      g_span_pool.free(next);
+    }
+  }
+  set_bounds(s);
+  insert_free(s);
+}
+
+bool PageHeap::try_grow(Span* s, size_t new_npages) {
+  LockGuard g(lock_);
+  Segment* seg = s->segment;
+  if (seg->kind != SegmentKind::kNormal || new_npages <= s->npages) return false;
+  uint32_t after = s->first_page + s->npages;
+  if (after >= kPagesPerSegment) return false;
+  Span* next = seg->page_map[after];
+  size_t extra = new_npages - s->npages;
+  if (!next || next->kind != SpanKind::kFree || next->npages < extra) return false;
+  remove_free(next);
+  if (next->npages > extra) {
+    Span* front = split_front(next, extra);
+    if (!front) {
+      insert_free(next);
+      return false;
+    }
+    insert_free(next);
+    clear_bounds(front);
+    g_span_pool.free(front);
+  } else {
+    clear_bounds(next);
+    g_span_pool.free(next);
+  }
+  if (s->npages > 1) seg->page_map[s->first_page + s->npages - 1] = nullptr;
+  s->npages += static_cast<uint32_t>(extra);
+  seg->used_pages += static_cast<uint32_t>(extra);
+  large_pages_ += extra;
+  set_bounds(s);
+  return true;
+}
+
+void PageHeap::shrink(Span* s, size_t new_npages) {
+  LockGuard g(lock_);
+  if (new_npages == 0 || new_npages >= s->npages) return;
+  Span* tail = new_span_desc();
+  if (!tail) return;  // keep the pages; shrinking is only an optimisation
+  Segment* seg = s->segment;
+  if (s->npages > 1) seg->page_map[s->first_page + s->npages - 1] = nullptr;
+  tail->segment = seg;
+  tail->kind = SpanKind::kLarge;
+  tail->first_page = s->first_page + static_cast<uint32_t>(new_npages);
+  tail->npages = s->npages - static_cast<uint32_t>(new_npages);
+  tail->start = s->start + (new_npages << kPageShift);
+  s->npages = static_cast<uint32_t>(new_npages);
+  set_bounds(s);
+  set_bounds(tail);
+  uint64_t now = os::now_ms();
+  free_locked(tail, now);
+  maybe_purge(now);
+}
+
+void PageHeap::maybe_purge(uint64_t now) {
+  if (now < next_purge_ms_) return;
+  uint64_t decay = g_config.decay_ms;
+  next_purge_ms_ = now + (decay / 4 > 0 ? decay / 4 : 1);
+  if (dirty_pages_ || free_pages_ >= kMaxPages) purge_locked(now, false);
+}
+
+size_t PageHeap::purge(bool all) {
+  LockGuard g(lock_);
+  return purge_locked(os::now_ms(), all);
+}
+
+size_t PageHeap::purge_locked(uint64_t now, bool all) {
+  uint64_t decay = g_config.decay_ms;
+  size_t purged = 0;
+  for (size_t i = 1; i <= kMaxExact; i++) {
+    Span* next;
+    for (Span* s = lists_[i].front(); s; s = next) {
+      next = s->next;
+      bool old = all || now - s->freed_at_ms >= decay;
+      if (!old) continue;
+      if (s->npages == kMaxPages) {
+        // The whole segment is free: give the address space back too.
+        remove_free(s);
+        if (s->dirty) purged += s->bytes();
+        segments_--;
+        Segment* seg = s->segment;
+        g_span_pool.free(s);
+        segment_destroy(seg);
+        continue;
+      }
+      if (!s->dirty) continue;
+      os::purge(s->start, s->bytes());
+      dirty_pages_ -= s->npages;
+      s->dirty = 0;
+      purged += s->bytes();
+    }
+  }
+  purged_bytes_ += purged;
+  return purged;
+}
+
+PageHeapStats PageHeap::stats() {
+  LockGuard g(lock_);
+  return PageHeapStats{segments_, free_pages_ << kPageShift, dirty_pages_ << kPageShift,
+                       large_pages_ << kPageShift, purged_bytes_};
+}
+
+}  // namespace uslab

@@ -1,0 +1,86 @@
+// core/alloc/page_heap.h — spans of pages for slabs and large objects.
+//
+// Owns: the free spans of every normal segment, kept in free lists by length
+// (exact lists for 1..127 pages with a bitmap of non-empty lists, one best-fit list
+// for longer spans); coalescing of a freed span with its free neighbours in the same
+// segment; the decay clock that returns free pages to the OS (MADV_DONTNEED) once
+// they have been free for `decay_ms`, and unmaps segments that are wholly free.
+//
+// Locking: one Mutex (lock()) guards the free lists, every free span, the kind and
+// the first/last page-map entries of every span, and Segment::used_pages. Callers
+// never hold a central-list lock while calling in (order: central → page heap →
+// MetaPool → MetaArena → SegmentMap).
+//
+// Invariants: a free span's page-map entries are set at its first and last page and
+// null inside; an allocated span's are set at its first and last page (slabs set the
+// pages between themselves). Pages of a clean (dirty == 0) free span read as zero.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/meta_arena.h"
+#include "core/alloc/segment.h"
+
+namespace uslab {
+
+struct PageHeapStats {
+  size_t segments;
+  size_t free_bytes;       // in free spans
+  size_t dirty_bytes;      // free but possibly resident
+  size_t large_bytes;      // in large spans handed out
+  size_t purged_bytes;     // returned to the OS so far (cumulative)
+};
+
+class PageHeap {
+ public:
+  static constexpr size_t kMaxExact = 128;
+  static constexpr size_t kMaxPages = kPagesPerSegment - 1;  // usable pages per segment
+
+  // A span of `npages` whose first page is aligned to `align_pages` (a power of two),
+  // marked `kind` (kSlab or kLarge). *zeroed tells whether its pages read as zero.
+  // nullptr when memory cannot be had.
+  Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
+  // Give back a slab or large span (its page-map interior must be cleared by then
+  // for large spans; slab interiors are cleared here).
+  void free(Span* s);
+  // Large spans: grow in place into a free successor; true on success.
+  bool try_grow(Span* s, size_t new_npages);
+  // Large spans: give back the pages past new_npages.
+  void shrink(Span* s, size_t new_npages);
+  // Return free pages older than the decay time (all of them if `all`); bytes purged.
+  size_t purge(bool all);
+
+  PageHeapStats stats();
+  Mutex& lock() { return lock_; }
+  void reset_after_fork() { lock_.reset_after_fork(); }
+
+ private:
+  Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
+  void free_locked(Span* s, uint64_t now);
+  Span* find_free(size_t npages);
+  Span* grow_heap();
+  void insert_free(Span* s);
+  void remove_free(Span* s);
+  size_t list_index(size_t npages) const { return npages < kMaxExact ? npages : kMaxExact; }
+  void set_bounds(Span* s);
+  void clear_bounds(Span* s);
+  Span* split_front(Span* s, size_t npages);
+  void maybe_purge(uint64_t now);
+  size_t purge_locked(uint64_t now, bool all);
+
+  Mutex lock_;
+  IntrusiveList<Span> lists_[kMaxExact + 1];
+  uint64_t nonempty_[kMaxExact / 64] = {};
+  size_t segments_ = 0;
+  size_t free_pages_ = 0;
+  size_t dirty_pages_ = 0;
+  size_t large_pages_ = 0;
+  size_t purged_bytes_ = 0;
+  uint64_t next_purge_ms_ = 0;
+};
+
+extern PageHeap g_page_heap;
+extern MetaPool<Span> g_span_pool;
+
+}  // namespace uslab

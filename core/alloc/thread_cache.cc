@@ -1,0 +1,160 @@
+// core/alloc/thread_cache.cc — thread cache slow paths, lifecycle and registry.
+// Locking: see thread_cache.h. registry_lock_ guards the registry list and the
+// pthread key's creation.
+#include "core/alloc/thread_cache.h"
+
+#include <cstring>
+#include <pthread.h>
+
+namespace uslab {
+
+__thread ThreadCache* t_cache __attribute__((tls_model("initial-exec"))) = &g_empty_cache;
+__thread uint8_t t_state __attribute__((tls_model("initial-exec"))) = kThreadFresh;
+constinit ThreadCache g_empty_cache = {};
+
+namespace {
+
+constexpr size_t total_slots() {
+  size_t n = 0;
+  for (size_t c = 1; c < kNumClasses; c++) n += kClassInfo[c].tcache_cap;
+  return n;
+}
+
+struct CacheRecord {
+  ThreadCache tc;
+  void* slots[total_slots()];
+};
+
+constinit Mutex registry_lock_;
+constinit IntrusiveList<ThreadCache> registry_;
+constinit MetaPool<CacheRecord> cache_pool_;
+pthread_key_t key_;
+bool key_ready_ = false;
+
+void flush_bin(CacheBin& b, unsigned cls, uint32_t n) {
+  if (n == 0) return;
+  g_central[cls].free_batch(cls, b.slots, n);
+  memmove(b.slots, b.slots + n, (b.count - n) * sizeof(void*));
+  b.count -= n;
+}
+
+void flush_all(ThreadCache* tc) {
+  for (unsigned c = 1; c < kNumClasses; c++) flush_bin(tc->bins[c], c, tc->bins[c].count);
+}
+
+void release(ThreadCache* tc) {
+  flush_all(tc);
+  {
+    LockGuard g(registry_lock_);
+    registry_.remove(tc);
+  }
+  cache_pool_.free(reinterpret_cast<CacheRecord*>(tc));
+}
+
+void on_thread_exit(void* arg) {
+  ThreadCache* tc = static_cast<ThreadCache*>(arg);
+  t_cache = &g_empty_cache;
+  t_state = kThreadTornDown;
+  release(tc);
+}
+
+// The calling thread's cache, created on first use; nullptr when this thread must
+// go straight to the central lists (caches disabled, thread exiting, no memory).
+ThreadCache* create() {
+  config_init();
+  if (t_state == kThreadTornDown || !g_config.tcache) return nullptr;
+  {
+    LockGuard g(registry_lock_);
+    if (!key_ready_) {
+      if (pthread_key_create(&key_, on_thread_exit) != 0) return nullptr;
+      key_ready_ = true;
+    }
+  }
+  CacheRecord* rec = cache_pool_.alloc();
+  if (!rec) return nullptr;
+  ThreadCache* tc = &rec->tc;
+  memset(tc, 0, sizeof *tc);
+  size_t off = 0;
+  for (unsigned c = 1; c < kNumClasses; c++) {
+    tc->bins[c].cap = kClassInfo[c].tcache_cap;
+    tc->bins[c].slots = rec->slots + off;
+    off += kClassInfo[c].tcache_cap;
+  }
+  {
+    LockGuard g(registry_lock_);
+    registry_.push_front(tc);
+  }
+  t_cache = tc;
+  t_state = kThreadActive;
+  // May calloc (keys past the first 32): t_cache is already set, so that nests fine.
+  pthread_setspecific(key_, tc);
+  return tc;
+}
+
+}  // namespace
+
+void* thread_cache_alloc_slow(unsigned cls) {
+  ThreadCache* tc = t_cache;
+  if (tc == &g_empty_cache) {
+    tc = create();
+    if (!tc) {
+      void* p;
+      return g_central[cls].alloc_batch(cls, &p, 1) ? p : nullptr;
+    }
+  }
+  CacheBin& b = tc->bins[cls];
+  if (b.count) return b.slots[--b.count];  // refilled by a nested call
+  uint32_t want = b.cap / 2 ? b.cap / 2 : 1;
+  b.count = static_cast<uint32_t>(g_central[cls].alloc_batch(cls, b.slots, want));
+  tc->refills++;
+  if (!b.count) return nullptr;
+  return b.slots[--b.count];
+}
+
+void thread_cache_free_slow(void* p, unsigned cls) {
+  ThreadCache* tc = t_cache;
+  if (tc == &g_empty_cache) {
+    tc = create();
+    if (!tc) {
+      g_central[cls].free_batch(cls, &p, 1);
+      return;
+    }
+  }
+  CacheBin& b = tc->bins[cls];
+  if (b.count >= b.cap) {
+    flush_bin(b, cls, b.cap / 2 ? b.cap / 2 : b.count);
+    tc->flushes++;
+  }
+  b.slots[b.count++] = p;
+}
+
+void thread_cache_flush_mine() {
+  ThreadCache* tc = t_cache;
+  if (tc != &g_empty_cache) flush_all(tc);
+}
+
+void thread_cache_counts(size_t counts[kNumClasses], size_t* ncaches) {
+  for (size_t c = 0; c < kNumClasses; c++) counts[c] = 0;
+  LockGuard g(registry_lock_);
+  *ncaches = registry_.size();
+  for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)
+    for (size_t c = 1; c < kNumClasses; c++) counts[c] += tc->bins[c].count;
+}
+
+Mutex& thread_cache_registry_lock() { return registry_lock_; }
+Mutex& thread_cache_pool_lock() { return cache_pool_.lock(); }
+
+void thread_cache_after_fork_child() {
+  for (;;) {
+    ThreadCache* victim = nullptr;
+    for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)
+      if (tc != t_cache) {
+        victim = tc;
+        break;
+      }
+    if (!victim) break;
+    release(victim);
+  }
+}
+
+}  // namespace uslab

@@ -1,0 +1,67 @@
+// core/alloc/thread_cache.h — per-thread caches of free objects, one bin per class.
+//
+// This is the fallback mode of the per-CPU design (DESIGN.md): each bin is an array
+// stack of object pointers; malloc pops, free pushes, with no lock and no atomic.
+// An empty bin refills half its capacity from the central list in one batch; a full
+// bin flushes its oldest half back in one batch.
+//
+// Owns: the ThreadCache records (from a MetaPool), the registry of live caches, the
+// pthread key whose destructor flushes a cache when its thread exits, and the two
+// initial-exec TLS words (t_cache, t_state) — 16 bytes, small enough for glibc's
+// static TLS surplus when libuslab.so is dlopen'ed (jemalloc#937).
+//
+// Locking: a ThreadCache is touched only by its thread, except (a) by stats readers,
+// which read bin counts racily under registry_lock, and (b) in a forked child, where
+// the caches of threads that no longer exist are flushed by the only thread left.
+// Every thread starts pointing at a shared empty cache (capacity 0), so the first
+// operation of a thread takes the slow path without an extra fast-path test.
+//
+// Not async-signal-safe, like glibc's tcache: a signal handler that mallocs while the
+// same thread is inside malloc may corrupt this thread's bins (the rseq per-CPU
+// mode replaces this with restartable sections).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/central.h"
+
+namespace uslab {
+
+struct CacheBin {
+  uint32_t count;
+  uint32_t cap;
+  void** slots;
+};
+
+struct ThreadCache {
+  CacheBin bins[kNumClasses];
+  ThreadCache* prev;  // registry
+  ThreadCache* next;
+  uint64_t refills;
+  uint64_t flushes;
+};
+
+enum : uint8_t { kThreadFresh = 0, kThreadActive = 1, kThreadTornDown = 2 };
+
+extern __thread ThreadCache* t_cache __attribute__((tls_model("initial-exec")));
+extern __thread uint8_t t_state __attribute__((tls_model("initial-exec")));
+extern ThreadCache g_empty_cache;
+
+// Slow paths of the bins (refill, flush, first use, use after thread exit).
+void* thread_cache_alloc_slow(unsigned cls);
+void thread_cache_free_slow(void* p, unsigned cls);
+
+// Flush every bin of the calling thread back to the central lists.
+void thread_cache_flush_mine();
+
+// Sum of cached objects per class over all live caches (approximate while running).
+void thread_cache_counts(size_t counts[kNumClasses], size_t* ncaches);
+
+Mutex& thread_cache_registry_lock();
+Mutex& thread_cache_pool_lock();
+// In a forked child (locks already reset): flush and free the caches of threads
+// that did not survive the fork.
+void thread_cache_after_fork_child();
+
+}  // namespace uslab

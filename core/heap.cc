@@ -1,0 +1,275 @@
+// core/heap.cc — slow paths of the Heap facade: large and huge objects, aligned
+// and zeroed allocation, realloc, pointer validation, trim, stats and fork.
+// Locking: none of its own; see heap.h and the allocator layer.
+#include "core/heap.h"
+
+#include <atomic>
+#include <cstring>
+
+namespace uslab::heap {
+
+namespace {
+
+std::atomic<size_t> g_huge_count{0};
+std::atomic<size_t> g_huge_bytes{0};
+
+constexpr size_t kMaxRequest = size_t{1} << 62;  // beyond this nothing can be mapped
+
+size_t pages_for(size_t bytes) { return (bytes + kPageSize - 1) >> kPageShift; }
+
+// Large or huge span of p (p must be its start), or nullptr.
+Span* large_of(const void* p, Segment* seg) {
+  Span* s;
+  if (seg->kind == SegmentKind::kHuge) {
+    s = seg->huge_span;
+  } else {
+    s = seg->page_map[seg->page_of(p)];
+    if (!s || s->kind != SpanKind::kLarge) return nullptr;
+  }
+  return s->start == p ? s : nullptr;
+}
+
+void free_huge(Segment* seg) {
+  Span* s = seg->huge_span;
+  g_huge_count.fetch_sub(1, std::memory_order_relaxed);
+  g_huge_bytes.fetch_sub(s->bytes(), std::memory_order_relaxed);
+  segment_destroy(seg);
+  g_span_pool.free(s);
+}
+
+}  // namespace
+
+void* alloc_large(size_t size, size_t align, bool* zeroed) {
+  config_init();
+  if (size > kMaxRequest || align > kMaxRequest) return nullptr;
+  if (size == 0) size = 1;
+  size_t npages = pages_for(size);
+  size_t align_pages = align > kPageSize ? align >> kPageShift : 1;
+  if (npages + align_pages - 1 <= PageHeap::kMaxPages) {
+    Span* s = g_page_heap.alloc(npages, align_pages, SpanKind::kLarge, zeroed);
+    return s ? s->start : nullptr;
+  }
+  Span* desc = g_span_pool.alloc();
+  if (!desc) return nullptr;
+  Segment* seg = segment_create_huge(size, align, desc);
+  if (!seg) {
+    g_span_pool.free(desc);
+    return nullptr;
+  }
+  g_huge_count.fetch_add(1, std::memory_order_relaxed);
+  g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
+  *zeroed = true;
+  return desc->start;
+}
+
+void free_slow(void* p, Segment* seg) {
+  if (p == nullptr) return;
+  config_init();
+  if (!seg) {
+    report_bad_free(p, "free of invalid pointer", 0);
+    return;
+  }
+  if (Span* s = large_of(p, seg)) {
+    if (seg->kind == SegmentKind::kHuge)
+      free_huge(seg);
+    else
+      g_page_heap.free(s);
+    return;
+  }
+  Span* s = seg->kind == SegmentKind::kNormal ? seg->page_map[seg->page_of(p)] : nullptr;
+  if (s && s->kind == SpanKind::kFree && s->start == p)
+    report_bad_free(p, "double free", 0);
+  else
+    report_bad_free(p, "free of invalid pointer", s ? s->size_class : 0);
+}
+
+void* alloc_aligned(size_t size, size_t align) {
+  if (align <= 16) return alloc(size);
+  if (align <= kPageSize && size <= kMaxSmall) {
+    // A class whose size is a multiple of align: its objects, laid out from a
+    // page-aligned slab start, are all aligned.
+    for (unsigned cls = size_to_class(size > align ? size : align); cls < kNumClasses; cls++)
+      if (class_size(cls) % align == 0) return alloc_class(cls);
+  }
+  bool zeroed;
+  return alloc_large(size, align > kPageSize ? align : kPageSize, &zeroed);
+}
+
+void* alloc_zeroed(size_t size) {
+  if (size <= kMaxSmall) {
+    void* p = alloc_class(size_to_class(size));
+    if (p) memset(p, 0, size);
+    return p;
+  }
+  bool zeroed = false;
+  void* p = alloc_large(size, kPageSize, &zeroed);
+  if (p && !zeroed) memset(p, 0, size);
+  return p;
+}
+
+size_t usable_size(const void* p) {
+  Segment* seg = SegmentMap::lookup(p);
+  if (!seg) return 0;
+  if (Span* s = slab_of(p, seg)) return s->obj_size;
+  if (Span* s = large_of(p, seg)) return s->bytes();
+  return 0;
+}
+
+void* realloc(void* p, size_t size) {
+  if (!p) return alloc(size);
+  if (size == 0) {
+    free(p);
+    return nullptr;
+  }
+  Segment* seg = SegmentMap::lookup(p);
+  size_t old_size;
+  if (Span* s = seg ? slab_of(p, seg) : nullptr) {
+    if (size <= kMaxSmall && size_to_class(size) == s->size_class) return p;
+    old_size = s->obj_size;
+  } else if (Span* l = seg ? large_of(p, seg) : nullptr) {
+    old_size = l->bytes();
+    size_t want = pages_for(size);
+    if (size > kMaxSmall && size <= kMaxRequest) {
+      if (seg->kind == SegmentKind::kHuge) {
+        // Keep the mapping while the object still fills at least half of it.
+        if (size <= old_size && size >= old_size / 2) return p;
+      } else if (want <= l->npages) {
+        if (want < l->npages) g_page_heap.shrink(l, want);
+        return p;
+      } else if (g_page_heap.try_grow(l, want)) {
+        return p;
+      }
+    }
+  } else {
+    config_init();
+    report_bad_free(p, "realloc of invalid pointer", 0);
+    return nullptr;
+  }
+  void* q = alloc(size);
+  if (!q) return nullptr;  // the old object stays valid
+  memcpy(q, p, old_size < size ? old_size : size);
+  free(p);
+  return q;
+}
+
+size_t trim() {
+  config_init();
+  thread_cache_flush_mine();
+  for (unsigned c = 1; c < kNumClasses; c++) g_central[c].release_spare();
+  return g_page_heap.purge(true);
+}
+
+Stats stats() {
+  Stats st{};
+  size_t cached[kNumClasses];
+  thread_cache_counts(cached, &st.thread_caches);
+  for (unsigned c = 1; c < kNumClasses; c++) {
+    CentralStats cs = g_central[c].stats(c);
+    size_t live = cs.objects - cs.free_objects;
+    live = live > cached[c] ? live - cached[c] : 0;
+    st.small_slab_bytes += cs.slabs * kClassInfo[c].slab_pages * kPageSize;
+    st.small_allocated += live * kClassInfo[c].size;
+  }
+  PageHeapStats ph = g_page_heap.stats();
+  st.huge_count = g_huge_count.load(std::memory_order_relaxed);
+  st.huge_allocated = g_huge_bytes.load(std::memory_order_relaxed);
+  st.mapped = segment_mapped_bytes();
+  st.metadata = g_meta_arena.mapped();
+  st.large_allocated = ph.large_bytes;
+  st.free_bytes = ph.free_bytes;
+  st.dirty_bytes = ph.dirty_bytes;
+  st.purged_bytes = ph.purged_bytes;
+  return st;
+}
+
+void stats_print(void (*write)(void*, const char*), void* opaque) {
+  char line[256];
+  auto out = [&](const char* fmt, auto... args) {
+    os::format(line, sizeof line, fmt, args...);
+    write(opaque, line);
+  };
+  config_init();
+  size_t cached[kNumClasses];
+  size_t ncaches;
+  thread_cache_counts(cached, &ncaches);
+  out("uslab stats (mode: per-thread caches, %zu live)\n", ncaches);
+  out("%5s %7s %6s %9s %9s %9s %9s %10s %10s\n", "class", "size", "slabs", "objects",
+      "active", "cached", "free", "refills", "flushes");
+  for (unsigned c = 1; c < kNumClasses; c++) {
+    CentralStats cs = g_central[c].stats(c);
+    if (cs.slabs == 0 && cs.batches_out == 0) continue;
+    size_t used = cs.objects - cs.free_objects;
+    size_t active = used > cached[c] ? used - cached[c] : 0;
+    out("%5u %7u %6zu %9zu %9zu %9zu %9zu %10zu %10zu\n", c, (unsigned)class_size(c), cs.slabs,
+        cs.objects, active, cached[c], cs.free_objects, (size_t)cs.batches_out,
+        (size_t)cs.batches_in);
+  }
+  Stats st = stats();
+  out("small: %zu bytes in slabs, %zu allocated\n", st.small_slab_bytes, st.small_allocated);
+  out("large: %zu bytes allocated; huge: %zu objects, %zu bytes\n", st.large_allocated,
+      st.huge_count, st.huge_allocated);
+  out("pages: %zu mapped, %zu free (%zu dirty), %zu returned to the OS, %zu metadata\n",
+      st.mapped, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
+}
+
+void stats_print_stderr() {
+  stats_print([](void*, const char* t) {
+    size_t n = 0;
+    while (t[n]) n++;
+    os::write_stderr(t, n);
+  }, nullptr);
+}
+
+void init() { config_init(); }
+
+bool stats_at_exit() {
+  config_init();
+  return g_config.stats_at_exit;
+}
+
+void die(const char* message) { os::fatal("uslab: %s\n", message); }
+
+// Lock order: registry, central lists, page heap, metadata pools, arena, segment map.
+// A lock this thread already holds (fork from a signal handler that interrupted a
+// slow path) is skipped rather than deadlocked on; the child resets every lock.
+namespace {
+
+constexpr size_t kForkLocks = 1 + (kNumClasses - 1) + 5;
+Mutex* g_fork_locks[kForkLocks];
+bool g_fork_taken[kForkLocks];
+
+size_t collect_fork_locks() {
+  size_t n = 0;
+  g_fork_locks[n++] = &thread_cache_registry_lock();
+  for (unsigned c = 1; c < kNumClasses; c++) g_fork_locks[n++] = &g_central[c].lock();
+  g_fork_locks[n++] = &g_page_heap.lock();
+  g_fork_locks[n++] = &g_span_pool.lock();
+  g_fork_locks[n++] = &thread_cache_pool_lock();
+  g_fork_locks[n++] = &g_meta_arena.lock();
+  g_fork_locks[n++] = &SegmentMap::lock();
+  return n;
+}
+
+}  // namespace
+
+void fork_prepare() {
+  size_t n = collect_fork_locks();
+  for (size_t i = 0; i < n; i++) {
+    g_fork_taken[i] = !g_fork_locks[i]->held_by_me();
+    if (g_fork_taken[i]) g_fork_locks[i]->lock();
+  }
+}
+
+void fork_parent() {
+  size_t n = collect_fork_locks();
+  for (size_t i = n; i-- > 0;)
+    if (g_fork_taken[i]) g_fork_locks[i]->unlock();
+}
+
+void fork_child() {
+  size_t n = collect_fork_locks();
+  for (size_t i = 0; i < n; i++) g_fork_locks[i]->reset_after_fork();
+  thread_cache_after_fork_child();
+}
+
+}  // namespace uslab::heap

@@ -1,0 +1,121 @@
+// core/heap.h — the Heap facade: the one header preload/ and compat/ include.
+//
+// Layering (snmalloc-style include rule; each layer includes only the ones below it,
+// each through its umbrella header):
+//   core/platform/platform.h   raw syscalls, Mutex, configuration
+//   core/ds/ds.h               heap geometry, size classes, intrusive lists
+//   core/alloc/alloc.h         segments, page heap, central lists, thread caches
+//   core/heap.h                this facade
+//
+// Owns: the malloc-family semantics on top of the allocator layer — small objects
+// through the thread cache, large ones from the page heap, huge ones in their own
+// segments; aligned allocation; realloc in place; validation of every pointer handed
+// back (foreign, interior, double frees are reported); fork handling; trim; stats.
+//
+// Locking: the fast paths below take no lock and use no atomic instruction. Slow
+// paths take the locks of the layer below in its documented order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/alloc.h"
+
+namespace uslab::heap {
+
+// Out-of-line paths.
+void* alloc_large(size_t size, size_t align, bool* zeroed);
+void free_slow(void* p, Segment* seg);
+void* alloc_aligned(size_t size, size_t align);
+void* alloc_zeroed(size_t size);
+void* realloc(void* p, size_t size);
+size_t usable_size(const void* p);
+
+inline void* alloc_class(unsigned cls) {
+  CacheBin& b = t_cache->bins[cls];
+  if (__builtin_expect(b.count != 0, 1)) return b.slots[--b.count];
+  return thread_cache_alloc_slow(cls);
+}
+
+// malloc without errno handling: nullptr when memory cannot be had.
+inline void* alloc(size_t size) {
+  if (__builtin_expect(size <= kMaxSmall, 1)) return alloc_class(size_to_class(size));
+  bool zeroed;
+  return alloc_large(size, kPageSize, &zeroed);
+}
+
+// The slab span of p when p is a valid object start of a live slab, else nullptr.
+inline Span* slab_of(const void* p, Segment* seg) {
+  if (__builtin_expect(seg->kind != SegmentKind::kNormal, 0)) return nullptr;
+  Span* s = seg->page_map[seg->page_of(p)];
+  if (__builtin_expect(s == nullptr || s->size_class == 0, 0)) return nullptr;
+  uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - s->start);
+  uint64_t idx = off * s->div_magic >> kDivShift;
+  if (__builtin_expect(idx * s->obj_size != off || idx >= s->capacity, 0)) return nullptr;
+  return s;
+}
+
+inline void free(void* p) {
+  Segment* seg = SegmentMap::lookup(p);
+  if (__builtin_expect(seg != nullptr, 1)) {
+    if (Span* s = slab_of(p, seg)) {
+      unsigned cls = s->size_class;
+      CacheBin& b = t_cache->bins[cls];
+      // Catches the commonest double free (the same pointer twice in a row) here;
+      // others are caught by the slab bitmap when the bin is flushed.
+      if (__builtin_expect(b.count < b.cap && (b.count == 0 || b.slots[b.count - 1] != p), 1)) {
+        b.slots[b.count++] = p;
+        return;
+      }
+      if (b.count && b.slots[b.count - 1] == p) {
+        report_bad_free(p, "double free", cls);
+        return;
+      }
+      thread_cache_free_slow(p, cls);
+      return;
+    }
+  }
+  free_slow(p, seg);
+}
+
+// True when p lies in memory uslab manages (not necessarily a valid object start).
+inline bool owns(const void* p) { return SegmentMap::lookup(p) != nullptr; }
+
+// malloc_trim: flush this thread's cache, release spare slabs, purge free pages.
+size_t trim();
+
+struct Stats {
+  size_t mapped;          // segment bytes mapped
+  size_t metadata;        // descriptor and cache bytes mapped
+  size_t small_slab_bytes;
+  size_t small_allocated; // bytes in live small objects (approximate while running)
+  size_t large_allocated; // bytes in live large spans
+  size_t huge_count;
+  size_t huge_allocated;
+  size_t free_bytes;      // in free spans
+  size_t dirty_bytes;     // free but still resident
+  size_t purged_bytes;    // returned to the OS so far
+  size_t thread_caches;
+};
+Stats stats();
+
+// Writes the slabinfo-style table through `write` (no allocation).
+void stats_print(void (*write)(void* opaque, const char* text), void* opaque);
+void stats_print_stderr();
+
+// Reads the configuration (idempotent); whether USLAB_STATS asked for a report at exit.
+void init();
+bool stats_at_exit();
+
+// The system page (valloc/pvalloc alignment).
+constexpr size_t kSystemPage = os::kOsPage;
+
+// Prints a message on stderr and aborts; allocates nothing.
+[[noreturn]] void die(const char* message);
+
+// pthread_atfork handlers.
+void fork_prepare();
+void fork_parent();
+void fork_child();
+
+}  // namespace uslab::heap

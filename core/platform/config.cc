@@ -1,0 +1,146 @@
+// core/platform/config.cc — USLAB_CONF parsing. Runs once inside the allocator's
+// initialisation (under its init lock), allocates nothing, calls no libc that may
+// allocate.
+#include "core/platform/config.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "core/platform/os.h"
+
+extern "C" {
+// A program may define this to bake in options (as jemalloc's malloc_conf).
+extern const char* uslab_malloc_conf __attribute__((weak));
+}
+extern char** environ;
+
+namespace uslab {
+
+constinit Config g_config;
+
+namespace {
+
+bool key_is(const char* k, size_t klen, const char* name) {
+  return strlen(name) == klen && memcmp(k, name, klen) == 0;
+}
+
+bool parse_bool(const char* v, size_t n, bool* out) {
+  if ((n == 1 && v[0] == '1') || (n == 4 && memcmp(v, "true", 4) == 0) ||
+      (n == 2 && memcmp(v, "on", 2) == 0)) {
+    *out = true;
+    return true;
+  }
+  if ((n == 1 && v[0] == '0') || (n == 5 && memcmp(v, "false", 5) == 0) ||
+      (n == 3 && memcmp(v, "off", 3) == 0)) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+bool parse_u64(const char* v, size_t n, uint64_t* out) {
+  if (n == 0 || n > 18) return false;
+  uint64_t x = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (v[i] < '0' || v[i] > '9') return false;
+    x = x * 10 + (uint64_t)(v[i] - '0');
+  }
+  *out = x;
+  return true;
+}
+
+void warn(const char* origin, const char* what, const char* k, size_t klen) {
+  char key[64];
+  size_t n = klen < sizeof key - 1 ? klen : sizeof key - 1;
+  memcpy(key, k, n);
+  key[n] = 0;
+  os::print_stderr("uslab: %s: %s '%s', using the default\n", origin, what, key);
+}
+
+void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
+           const char* origin) {
+  bool ok;
+  if (key_is(k, klen, "abort_on_error")) {
+    ok = parse_bool(v, vlen, &cfg.abort_on_error);
+  } else if (key_is(k, klen, "tcache")) {
+    ok = parse_bool(v, vlen, &cfg.tcache);
+  } else if (key_is(k, klen, "stats")) {
+    ok = parse_bool(v, vlen, &cfg.stats_at_exit);
+  } else if (key_is(k, klen, "decay_ms")) {
+    ok = parse_u64(v, vlen, &cfg.decay_ms);
+  } else {
+    warn(origin, "unknown key", k, klen);
+    return;
+  }
+  if (!ok) warn(origin, "bad value for key", k, klen);
+}
+
+// Finds NAME=value in a NUL-separated environment block.
+const char* env_lookup(const char* block, size_t len, const char* name) {
+  size_t nlen = strlen(name);
+  for (size_t i = 0; i < len;) {
+    const char* entry = block + i;
+    size_t elen = strnlen(entry, len - i);
+    if (elen > nlen && memcmp(entry, name, nlen) == 0 && entry[nlen] == '=')
+      return entry + nlen + 1;
+    i += elen + 1;
+  }
+  return nullptr;
+}
+
+// Static storage: the environment block is read once, before any lock is taken.
+char g_env_block[32768];
+
+}  // namespace
+
+void config_parse(Config& cfg, const char* text, const char* origin) {
+  const char* p = text;
+  while (*p) {
+    const char* end = p;
+    while (*end && *end != ',') end++;
+    const char* eq = p;
+    while (eq < end && *eq != '=') eq++;
+    if (end > p) {
+      if (eq == end)
+        warn(origin, "entry without '=':", p, (size_t)(end - p));
+      else
+        apply(cfg, p, (size_t)(eq - p), eq + 1, (size_t)(end - eq - 1), origin);
+    }
+    p = *end ? end + 1 : end;
+  }
+}
+
+void config_init() {
+  static constinit std::atomic<int> state{0};  // 0 not started, 1 parsing, 2 done
+  if (state.load(std::memory_order_acquire) == 2) return;
+  int expected = 0;
+  if (!state.compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+    while (state.load(std::memory_order_acquire) != 2) os::cpu_relax();
+    return;
+  }
+  Config cfg;
+  if (&uslab_malloc_conf != nullptr && uslab_malloc_conf)
+    config_parse(cfg, uslab_malloc_conf, "uslab_malloc_conf");
+
+  const char* conf = nullptr;
+  const char* stats = nullptr;
+  long len = os::read_file("/proc/self/environ", g_env_block, sizeof g_env_block - 1);
+  if (len > 0) {
+    g_env_block[len] = 0;
+    conf = env_lookup(g_env_block, (size_t)len, "USLAB_CONF");
+    stats = env_lookup(g_env_block, (size_t)len, "USLAB_STATS");
+  } else if (environ) {
+    // No /proc: the initial environment, read before main can call setenv.
+    for (char** e = environ; *e; e++) {
+      if (strncmp(*e, "USLAB_CONF=", 11) == 0) conf = *e + 11;
+      if (strncmp(*e, "USLAB_STATS=", 12) == 0) stats = *e + 12;
+    }
+  }
+  if (conf) config_parse(cfg, conf, "USLAB_CONF");
+  if (stats && !parse_bool(stats, strlen(stats), &cfg.stats_at_exit))
+    os::print_stderr("uslab: USLAB_STATS: bad value '%s', using the default\n", stats);
+  g_config = cfg;
+  state.store(2, std::memory_order_release);
+}
+
+}  // namespace uslab

@@ -1,0 +1,34 @@
+// core/platform/config.h — run-time options (USLAB_CONF) and their defaults.
+//
+// Owns: the one Config instance. It is filled once, during the allocator's first
+// initialisation, from (in order, later wins) the weak `uslab_malloc_conf` string a
+// program may link in, then the USLAB_CONF and USLAB_STATS environment variables read
+// from /proc/self/environ with raw syscalls (never getenv: setenv may be reallocating
+// environ in another thread, mimalloc#1314). After that it is read-only, so readers
+// need no lock. Unknown keys and bad values get a one-line warning and the default.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uslab {
+
+struct Config {
+  bool abort_on_error = true;   // invalid/double free: report and abort (false: report, leak)
+  bool tcache = true;           // per-thread caches in front of the central lists
+  bool stats_at_exit = false;   // print the stats table on stderr at exit
+  uint64_t decay_ms = 10000;    // free pages stay resident this long before madvise
+};
+
+// The process-wide options; valid after config_init().
+extern Config g_config;
+
+// Parse one "key=value,key=value" string into `cfg`, warning about bad entries
+// (exposed for tests).
+void config_parse(Config& cfg, const char* text, const char* origin);
+
+// Fill g_config from the linked-in string and the environment. Idempotent and
+// thread-safe; cheap (one load) once done, so slow paths call it freely.
+void config_init();
+
+}  // namespace uslab

@@ -1,0 +1,260 @@
+// core/platform/os.cc — raw syscalls, clock and allocation-free diagnostics.
+// See os.h for the rules; no locks here, every function is reentrant.
+#include "core/platform/os.h"
+
+#include <cerrno>
+#include <cstdarg>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace uslab::os {
+
+long syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+#if defined(__x86_64__)
+  long ret;
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  register long r9 __asm__("r9") = f;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return ret;
+#elif defined(__aarch64__)
+  register long x8 __asm__("x8") = nr;
+  register long x0 __asm__("x0") = a;
+  register long x1 __asm__("x1") = b;
+  register long x2 __asm__("x2") = c;
+  register long x3 __asm__("x3") = d;
+  register long x4 __asm__("x4") = e;
+  register long x5 __asm__("x5") = f;
+  __asm__ volatile("svc 0"
+                   : "+r"(x0)
+                   : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+                   : "memory");
+  return x0;
+#else
+  int saved = errno;
+  long r = syscall(nr, a, b, c, d, e, f);
+  if (r == -1) r = -errno;
+  errno = saved;
+  return r;
+#endif
+}
+
+static bool failed(long r) { return r < 0 && r > -4096; }
+
+void* map(size_t bytes) {
+  long r = syscall6(SYS_mmap, 0, (long)bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return failed(r) ? nullptr : reinterpret_cast<void*>(r);
+}
+
+void* map_aligned(size_t bytes, size_t align) {
+  if (align <= kOsPage) return map(bytes);
+  // Try exact first: the kernel often hands out aligned addresses for large sizes.
+  char* p = static_cast<char*>(map(bytes));
+  if (!p) return nullptr;
+  if ((reinterpret_cast<uintptr_t>(p) & (align - 1)) == 0) return p;
+  unmap(p, bytes);
+  size_t over = bytes + align - kOsPage;
+  if (over < bytes) return nullptr;
+  p = static_cast<char*>(map(over));
+  if (!p) return nullptr;
+  uintptr_t start = (reinterpret_cast<uintptr_t>(p) + align - 1) & ~(uintptr_t)(align - 1);
+  size_t head = start - reinterpret_cast<uintptr_t>(p);
+  size_t tail = over - head - bytes;
+  if (head) unmap(p, head);
+  if (tail) unmap(reinterpret_cast<char*>(start) + bytes, tail);
+  return reinterpret_cast<void*>(start);
+}
+
+void unmap(void* p, size_t bytes) { syscall6(SYS_munmap, (long)p, (long)bytes); }
+
+bool remap_grow(void* p, size_t old_bytes, size_t new_bytes) {
+  long r = syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes, 0);
+  return !failed(r);
+}
+
+void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
+
+void futex_wait(const uint32_t* addr, uint32_t expected) {
+  syscall6(SYS_futex, (long)addr, FUTEX_WAIT_PRIVATE, expected, 0);
+}
+
+void futex_wake(const uint32_t* addr, int count) {
+  syscall6(SYS_futex, (long)addr, FUTEX_WAKE_PRIVATE, count);
+}
+
+// clock_gettime goes through the vDSO: no allocation, no lock, errno untouched on success.
+uint64_t now_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t now_ms() { return now_ns() / 1000000ull; }
+
+long read_file(const char* path, char* buf, size_t cap) {
+  long fd = syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = 0;
+  while (len < cap) {
+    long r = syscall6(SYS_read, fd, (long)(buf + len), (long)(cap - len));
+    if (r == -EINTR) continue;
+    if (r <= 0) break;
+    len += (size_t)r;
+  }
+  syscall6(SYS_close, fd);
+  return (long)len;
+}
+
+void write_stderr(const char* s, size_t n) {
+  while (n) {
+    long r = syscall6(SYS_write, 2, (long)s, (long)n);
+    if (r == -EINTR) continue;
+    if (r <= 0) return;
+    s += r;
+    n -= (size_t)r;
+  }
+}
+
+namespace {
+
+struct Out {
+  char* buf;
+  size_t cap;
+  size_t len;
+  void put(char c) {
+    if (len + 1 < cap) buf[len] = c;
+    len++;
+  }
+  void puts(const char* s) {
+    for (; *s; s++) put(*s);
+  }
+  void num(unsigned long long v, unsigned base, int width, char pad) {
+    char tmp[24];
+    int n = 0;
+    do {
+      tmp[n++] = "0123456789abcdef"[v % base];
+      v /= base;
+    } while (v);
+    for (int i = n; i < width; i++) put(pad);
+    while (n) put(tmp[--n]);
+  }
+};
+
+}  // namespace
+
+size_t vformat(char* out, size_t cap, const char* fmt, va_list ap) {
+  Out o{out, cap, 0};
+  for (; *fmt; fmt++) {
+    if (*fmt != '%') {
+      o.put(*fmt);
+      continue;
+    }
+    fmt++;
+    bool left = false;
+    if (*fmt == '-') {
+      left = true;
+      fmt++;
+    }
+    char pad = ' ';
+    if (*fmt == '0') {
+      pad = '0';
+      fmt++;
+    }
+    int width = 0;
+    while (*fmt >= '0' && *fmt <= '9') width = width * 10 + (*fmt++ - '0');
+    int longs = 0;
+    while (*fmt == 'l' || *fmt == 'z') {
+      longs++;
+      fmt++;
+    }
+    size_t start = o.len;
+    switch (*fmt) {
+      case 's': {
+        const char* s = va_arg(ap, const char*);
+        o.puts(s ? s : "(null)");
+        break;
+      }
+      case 'd': {
+        long long v = longs ? va_arg(ap, long long) : va_arg(ap, int);
+        if (v < 0) {
+          o.put('-');
+          v = -v;
+        }
+        o.num((unsigned long long)v, 10, left ? 0 : width, pad);
+        break;
+      }
+      case 'u':
+      case 'x': {
+        unsigned long long v = longs ? va_arg(ap, unsigned long long) : va_arg(ap, unsigned);
+        o.num(v, *fmt == 'x' ? 16 : 10, left ? 0 : width, pad);
+        break;
+      }
+      case 'p':
+        o.puts("0x");
+        o.num((uintptr_t)va_arg(ap, void*), 16, 0, '0');
+        break;
+      case '%':
+        o.put('%');
+        break;
+      default:
+        o.put('?');
+    }
+    if (*fmt == 's' && !left && width > 0) {
+      // right-align strings: shift what was written
+      size_t n = o.len - start;
+      if ((size_t)width > n && o.len + (width - n) < cap) {
+        size_t shift = width - n;
+        for (size_t i = n; i-- > 0;) o.buf[start + i + shift] = o.buf[start + i];
+        for (size_t i = 0; i < shift; i++) o.buf[start + i] = ' ';
+        o.len += shift;
+      }
+    }
+    if (left)
+      while (o.len - start < (size_t)width) o.put(' ');
+    if (!*fmt) break;
+  }
+  if (cap) o.buf[o.len < cap ? o.len : cap - 1] = 0;
+  return o.len < cap ? o.len : (cap ? cap - 1 : 0);
+}
+
+size_t format(char* out, size_t cap, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t n = vformat(out, cap, fmt, ap);
+  va_end(ap);
+  return n;
+}
+
+void print_stderr(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  size_t n = vformat(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  write_stderr(buf, n);
+}
+
+void fatal(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  size_t n = vformat(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  write_stderr(buf, n);
+  // abort() may take stdio locks; raise SIGABRT directly so a core dump shows the caller.
+  long tid = syscall6(SYS_gettid);
+  long pid = syscall6(SYS_getpid);
+  syscall6(SYS_tgkill, pid, tid, SIGABRT);
+  __builtin_trap();
+}
+
+}  // namespace uslab::os

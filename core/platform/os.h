@@ -1,0 +1,58 @@
+// core/platform/os.h — the allocator's only door to the kernel.
+//
+// Owns: raw system calls (mmap, munmap, mremap, madvise, futex, write, open/read),
+// the monotonic clock, and fatal/diagnostic output on stderr.
+//
+// Rules: nothing here calls malloc, takes a lock, touches errno or goes through a
+// libc wrapper another preload could hook (jemalloc#329, #443): every call is a raw
+// syscall instruction, so free() preserves errno even when it unmaps memory, and the
+// functions are safe before libc's constructors ran and inside a forked child.
+// Diagnostics format into a stack buffer; they never allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uslab::os {
+
+// Raw syscall; returns -errno on failure, never touches errno.
+long syscall6(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0, long f = 0);
+
+// Anonymous private read/write mapping; nullptr on failure.
+void* map(size_t bytes);
+// Mapping of `bytes` whose start is aligned to `align` (a power of two ≥ page size).
+void* map_aligned(size_t bytes, size_t align);
+void unmap(void* p, size_t bytes);
+// Grow a mapping in place (no move); true on success.
+bool remap_grow(void* p, size_t old_bytes, size_t new_bytes);
+// Return pages to the OS; the range reads as zero afterwards.
+void purge(void* p, size_t bytes);
+
+void futex_wait(const uint32_t* addr, uint32_t expected);
+void futex_wake(const uint32_t* addr, int count);
+
+uint64_t now_ms();
+uint64_t now_ns();
+
+// Read up to `cap` bytes of a file into `buf` with raw syscalls; returns length or -1.
+long read_file(const char* path, char* buf, size_t cap);
+
+void write_stderr(const char* s, size_t n);
+
+// Tiny allocation-free formatter: %s %d %u %zu %p %x (with optional 'l'/'z' width).
+size_t format(char* out, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+size_t vformat(char* out, size_t cap, const char* fmt, __builtin_va_list ap);
+void print_stderr(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+[[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+constexpr size_t kOsPage = 4096;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+}  // namespace uslab::os

@@ -1,0 +1,7 @@
+// core/platform/platform.h — umbrella of the platform layer (raw syscalls, the
+// futex Mutex, run-time configuration). Higher layers include this header only.
+#pragma once
+
+#include "core/platform/config.h"
+#include "core/platform/mutex.h"
+#include "core/platform/os.h"

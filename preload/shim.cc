@@ -1,0 +1,117 @@
+// preload/shim.cc — the C allocation API that LD_PRELOAD interposes.
+//
+// Owns: malloc, free, calloc, realloc, reallocarray, posix_memalign, aligned_alloc,
+// memalign, valloc, pvalloc, malloc_usable_size, cfree, and glibc's __libc_* entry
+// points (aliases, so code bound to them — static links, RTLD_DEEPBIND users,
+// glibc internals — lands in the same heap: rpmalloc#374, jemalloc#481).
+// glibc's semantics where the C standard leaves room: malloc(0) returns a unique
+// pointer, realloc(p, 0) frees and returns NULL, failures set errno = ENOMEM, free
+// preserves errno, posix_memalign returns EINVAL for a bad alignment.
+//
+// Locking: none here; everything goes through core/heap.h.
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/heap.h"
+#include "preload/export.h"
+
+using namespace uslab;
+
+namespace {
+
+constexpr size_t kOsPage = heap::kSystemPage;
+
+inline bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
+
+inline void* fail_enomem() {
+  errno = ENOMEM;
+  return nullptr;
+}
+
+inline void* aligned(size_t align, size_t size) {
+  void* p = heap::alloc_aligned(size, align);
+  return p ? p : fail_enomem();
+}
+
+}  // namespace
+
+extern "C" {
+
+USLAB_EXPORT void* malloc(size_t size) {
+  void* p = heap::alloc(size);
+  if (__builtin_expect(p != nullptr, 1)) return p;
+  return fail_enomem();
+}
+
+USLAB_EXPORT void free(void* p) { heap::free(p); }
+
+USLAB_EXPORT void cfree(void* p) { heap::free(p); }
+
+USLAB_EXPORT void* calloc(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) return fail_enomem();
+  void* p = heap::alloc_zeroed(total);
+  return p ? p : fail_enomem();
+}
+
+USLAB_EXPORT void* realloc(void* p, size_t size) {
+  void* q = heap::realloc(p, size);
+  if (q || (p && size == 0)) return q;
+  return fail_enomem();
+}
+
+USLAB_EXPORT void* reallocarray(void* p, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) return fail_enomem();
+  return realloc(p, total);
+}
+
+USLAB_EXPORT int posix_memalign(void** out, size_t align, size_t size) {
+  if (!is_pow2(align) || align % sizeof(void*) != 0) return EINVAL;
+  void* p = heap::alloc_aligned(size, align);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+USLAB_EXPORT void* aligned_alloc(size_t align, size_t size) {
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return aligned(align, size);
+}
+
+USLAB_EXPORT void* memalign(size_t align, size_t size) {
+  // glibc rounds a non-power-of-two alignment up to the next power of two.
+  if (!is_pow2(align)) {
+    if (align > (SIZE_MAX >> 1) + 1) return fail_enomem();
+    size_t a = 1;
+    while (a < align) a <<= 1;
+    align = a;
+  }
+  return aligned(align, size);
+}
+
+USLAB_EXPORT void* valloc(size_t size) { return aligned(kOsPage, size); }
+
+USLAB_EXPORT void* pvalloc(size_t size) {
+  size_t rounded = (size + kOsPage - 1) & ~(kOsPage - 1);
+  if (rounded < size) return fail_enomem();
+  return aligned(kOsPage, rounded ? rounded : kOsPage);
+}
+
+USLAB_EXPORT size_t malloc_usable_size(void* p) { return p ? heap::usable_size(p) : 0; }
+
+// glibc-internal names.
+USLAB_EXPORT void* __libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
+USLAB_EXPORT void __libc_free(void*) __attribute__((alias("free"), copy(free)));
+USLAB_EXPORT void* __libc_calloc(size_t, size_t) __attribute__((alias("calloc"), copy(calloc)));
+USLAB_EXPORT void* __libc_realloc(void*, size_t) __attribute__((alias("realloc"), copy(realloc)));
+USLAB_EXPORT void* __libc_memalign(size_t, size_t) __attribute__((alias("memalign"), copy(memalign)));
+USLAB_EXPORT void* __libc_valloc(size_t) __attribute__((alias("valloc"), copy(valloc)));
+USLAB_EXPORT void* __libc_pvalloc(size_t) __attribute__((alias("pvalloc"), copy(pvalloc)));
+USLAB_EXPORT int __posix_memalign(void**, size_t, size_t) __attribute__((alias("posix_memalign"), copy(posix_memalign)));
+
+}  // extern "C"

@@ -1,0 +1,169 @@
+// The Heap facade and the layers under it: pointer → slab lookup and ownership,
+// slab batches and double-free detection, alignment, realloc, zeroing, and
+// cross-thread frees through the thread caches with content verification.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/heap.h"
+
+using namespace uslab;
+
+TEST_CASE("pointers uslab did not hand out are not its own") {
+  int on_stack = 0;
+  static int in_data = 0;
+  void* from_glibc = std::malloc(64);  // the test binary itself runs on glibc
+  CHECK_FALSE(heap::owns(&on_stack));
+  CHECK_FALSE(heap::owns(&in_data));
+  CHECK_FALSE(heap::owns(from_glibc));
+  CHECK_FALSE(heap::owns(nullptr));
+  CHECK_FALSE(heap::owns(reinterpret_cast<void*>(~uintptr_t{0} - 4095)));
+  std::free(from_glibc);
+  void* mine = heap::alloc(64);
+  CHECK(heap::owns(mine));
+  CHECK(heap::usable_size(mine) >= 64);
+  CHECK(heap::usable_size(&on_stack) == 0);
+  heap::free(mine);
+}
+
+TEST_CASE("every small and large size is usable, distinct and writable") {
+  std::vector<std::pair<char*, size_t>> live;
+  for (size_t size = 1; size <= 300000; size = size < 64 ? size + 1 : size * 5 / 4) {
+    char* p = static_cast<char*>(heap::alloc(size));
+    REQUIRE(p != nullptr);
+    REQUIRE(heap::usable_size(p) >= size);
+    if (size >= 16) REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0);
+    memset(p, static_cast<int>(size & 0xff), size);
+    live.emplace_back(p, size);
+  }
+  for (auto& [p, size] : live) {
+    for (size_t i = 0; i < size; i += 7) REQUIRE(static_cast<unsigned char>(p[i]) == (size & 0xff));
+    heap::free(p);
+  }
+}
+
+TEST_CASE("slab batches hand out distinct objects and detect double frees") {
+  unsigned cls = size_to_class(48);
+  std::vector<void*> objs(3 * kClassInfo[cls].objects);
+  REQUIRE(g_central[cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
+  std::vector<void*> sorted = objs;
+  std::sort(sorted.begin(), sorted.end());
+  REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  for (void* p : objs) {
+    Segment* seg = SegmentMap::lookup(p);
+    REQUIRE(seg != nullptr);
+    Span* s = heap::slab_of(p, seg);
+    REQUIRE(s != nullptr);
+    REQUIRE(s->size_class == cls);
+  }
+  // An interior pointer is not an object.
+  REQUIRE(heap::slab_of(static_cast<char*>(objs[0]) + 8, SegmentMap::lookup(objs[0])) == nullptr);
+  g_central[cls].free_batch(cls, objs.data(), objs.size());
+
+  g_config.abort_on_error = false;
+  uint64_t before = g_bad_free_reports.load();
+  void* p;
+  REQUIRE(g_central[cls].alloc_batch(cls, &p, 1) == 1);
+  g_central[cls].free_batch(cls, &p, 1);
+  g_central[cls].free_batch(cls, &p, 1);  // second free reaches the slab: reported
+  REQUIRE(g_bad_free_reports.load() == before + 1);
+  int local;
+  heap::free(&local);  // not uslab's: reported, not crashed
+  REQUIRE(g_bad_free_reports.load() == before + 2);
+  void* big = heap::alloc(100000);
+  heap::free(big);
+  heap::free(big);  // large double free
+  REQUIRE(g_bad_free_reports.load() == before + 3);
+  g_config.abort_on_error = true;
+}
+
+TEST_CASE("aligned allocation honours every alignment up to 1 MiB and beyond") {
+  for (size_t align = 1; align <= (size_t{8} << 20); align *= 2) {
+    for (size_t size : {size_t{1}, size_t{24}, align, align + 1, size_t{100000}}) {
+      void* p = heap::alloc_aligned(size, align);
+      REQUIRE(p != nullptr);
+      REQUIRE(reinterpret_cast<uintptr_t>(p) % align == 0);
+      REQUIRE(heap::usable_size(p) >= size);
+      memset(p, 0x5a, size);
+      heap::free(p);
+    }
+  }
+}
+
+TEST_CASE("realloc keeps contents across growth, shrinking and class changes") {
+  std::mt19937 rng(42);
+  char* p = static_cast<char*>(heap::alloc(1));
+  size_t size = 1;
+  p[0] = static_cast<char>(-1);  // what step -1 would have written
+  for (int step = 0; step < 2000; step++) {
+    size_t next = 1 + rng() % (step % 50 == 0 ? 6000000 : 70000);
+    char* q = static_cast<char*>(heap::realloc(p, next));
+    REQUIRE(q != nullptr);
+    size_t keep = size < next ? size : next;
+    for (size_t i = 0; i < keep; i += 97) REQUIRE(q[i] == static_cast<char>(i * 7 + step - 1));
+    for (size_t i = 0; i < next; i += 97) q[i] = static_cast<char>(i * 7 + step);
+    p = q;
+    size = next;
+  }
+  REQUIRE(heap::realloc(p, 0) == nullptr);
+}
+
+TEST_CASE("realloc stays in place within a class and a growing large span") {
+  void* p = heap::alloc(100);
+  REQUIRE(heap::realloc(p, 110) == p);
+  heap::free(p);
+  void* big = heap::alloc(200000);
+  void* shrunk = heap::realloc(big, 150000);
+  REQUIRE(shrunk == big);
+  heap::free(shrunk);
+}
+
+TEST_CASE("zeroed allocation is zero even when memory is reused") {
+  for (size_t size : {size_t{8}, size_t{100}, size_t{4000}, size_t{40000}, size_t{3000000}}) {
+    std::vector<char*> ps;
+    for (int i = 0; i < 64; i++) {
+      char* p = static_cast<char*>(heap::alloc(size));
+      memset(p, 0xff, size);
+      ps.push_back(p);
+    }
+    for (char* p : ps) heap::free(p);
+    for (int i = 0; i < 64; i++) {
+      char* p = static_cast<char*>(heap::alloc_zeroed(size));
+      for (size_t j = 0; j < size; j++) REQUIRE(p[j] == 0);
+      ps[i] = p;
+    }
+    for (char* p : ps) heap::free(p);
+  }
+}
+
+TEST_CASE("objects freed by other threads stay intact and are reused") {
+  constexpr int kThreads = 4, kPerThread = 20000;
+  std::vector<std::vector<uint64_t*>> handoff(kThreads);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; t++)
+    ts.emplace_back([t, &handoff] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < kPerThread; i++) {
+        size_t words = 1 + rng() % 200;
+        uint64_t* p = static_cast<uint64_t*>(heap::alloc(words * 8));
+        p[0] = words;
+        for (size_t w = 1; w < words; w++) p[w] = reinterpret_cast<uintptr_t>(p) ^ w;
+        handoff[t].push_back(p);
+      }
+    });
+  for (auto& th : ts) th.join();
+  ts.clear();
+  for (int t = 0; t < kThreads; t++)
+    ts.emplace_back([t, &handoff] {
+      for (uint64_t* p : handoff[(t + 1) % kThreads]) {
+        for (size_t w = 1; w < p[0]; w++)
+          if (p[w] != (reinterpret_cast<uintptr_t>(p) ^ w)) std::abort();
+        heap::free(p);
+      }
+    });
+  for (auto& th : ts) th.join();
+  heap::trim();
+}

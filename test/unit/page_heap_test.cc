@@ -1,0 +1,120 @@
+// Page heap: span allocation, alignment, coalescing, in-place growth and shrinking,
+// and purging (decay) — on a private PageHeap so the global heap's state is irrelevant.
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "core/alloc/alloc.h"
+
+using namespace uslab;
+
+namespace {
+
+bool all_zero(const char* p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("adjacent spans coalesce back into one free segment") {
+  PageHeap ph;
+  bool z;
+  Span* a = ph.alloc(10, 1, SpanKind::kLarge, &z);
+  REQUIRE(z);  // fresh memory reads as zero
+  Span* b = ph.alloc(10, 1, SpanKind::kLarge, &z);
+  Span* c = ph.alloc(10, 1, SpanKind::kLarge, &z);
+  REQUIRE(a->segment == b->segment);
+  REQUIRE(b->start == a->start + 10 * kPageSize);
+  REQUIRE(c->start == b->start + 10 * kPageSize);
+  REQUIRE(ph.stats().segments == 1);
+  memset(a->start, 1, a->bytes());
+  ph.free(a);
+  ph.free(c);
+  REQUIRE(ph.stats().free_bytes == (PageHeap::kMaxPages - 10) * kPageSize);
+  ph.free(b);
+  PageHeapStats st = ph.stats();
+  REQUIRE(st.free_bytes == PageHeap::kMaxPages * kPageSize);
+  // One span covering the whole segment again: a maximal allocation fits without growing.
+  Span* all = ph.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z);
+  REQUIRE(all != nullptr);
+  REQUIRE(!z);  // a was written and not purged
+  REQUIRE(ph.stats().segments == 1);
+  ph.free(all);
+  REQUIRE(ph.purge(true) > 0);
+  REQUIRE(ph.stats().segments == 0);  // a wholly free segment is unmapped
+}
+
+TEST_CASE("aligned spans start on the alignment and give the lead back") {
+  PageHeap ph;
+  bool z;
+  Span* pad = ph.alloc(3, 1, SpanKind::kLarge, &z);
+  for (size_t align : {2, 4, 16, 64, 256}) {
+    Span* s = ph.alloc(5, align, SpanKind::kLarge, &z);
+    REQUIRE(s != nullptr);
+    REQUIRE(reinterpret_cast<uintptr_t>(s->start) % (align * kPageSize) == 0);
+    REQUIRE(s->npages == 5);
+    ph.free(s);
+  }
+  ph.free(pad);
+  REQUIRE(ph.stats().free_bytes == PageHeap::kMaxPages * kPageSize);
+  ph.purge(true);
+}
+
+TEST_CASE("large spans grow and shrink in place") {
+  PageHeap ph;
+  bool z;
+  Span* s = ph.alloc(4, 1, SpanKind::kLarge, &z);
+  char* start = s->start;
+  REQUIRE(ph.try_grow(s, 40));
+  REQUIRE(s->start == start);
+  REQUIRE(s->npages == 40);
+  Span* blocker = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  REQUIRE(blocker->start == start + 40 * kPageSize);
+  REQUIRE_FALSE(ph.try_grow(s, 41));
+  ph.shrink(s, 7);
+  REQUIRE(s->npages == 7);
+  REQUIRE(ph.stats().large_bytes == 8 * kPageSize);
+  // The pages given back are reusable right after the span.
+  Span* t = ph.alloc(33, 1, SpanKind::kLarge, &z);
+  REQUIRE(t->start == start + 7 * kPageSize);
+  ph.free(t);
+  ph.free(blocker);
+  ph.free(s);
+  ph.purge(true);
+  REQUIRE(ph.stats().segments == 0);
+}
+
+TEST_CASE("purged pages read as zero and are counted") {
+  PageHeap ph;
+  bool z;
+  Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  Span* s = ph.alloc(8, 1, SpanKind::kLarge, &z);
+  char* p = s->start;
+  memset(p, 0xab, 8 * kPageSize);
+  ph.free(s);
+  REQUIRE(ph.stats().dirty_bytes >= 8 * kPageSize);
+  size_t purged = ph.purge(true);
+  REQUIRE(purged >= 8 * kPageSize);
+  REQUIRE(ph.stats().dirty_bytes == 0);
+  Span* again = ph.alloc(8, 1, SpanKind::kLarge, &z);
+  REQUIRE(again->start == p);
+  REQUIRE(z);
+  REQUIRE(all_zero(again->start, 8 * kPageSize));
+  ph.free(again);
+  ph.free(keep);
+  ph.purge(true);
+}
+
+TEST_CASE("decay keeps recently freed pages until they are old enough") {
+  PageHeap ph;
+  bool z;
+  Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  Span* s = ph.alloc(8, 1, SpanKind::kLarge, &z);
+  memset(s->start, 1, s->bytes());
+  ph.free(s);
+  REQUIRE(ph.purge(false) == 0);  // decay_ms defaults to 10 s
+  REQUIRE(ph.stats().dirty_bytes > 0);
+  ph.free(keep);
+  ph.purge(true);
+}

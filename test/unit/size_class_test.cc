@@ -1,0 +1,53 @@
+// Size-class table properties: coverage, rounding waste, alignment, slab geometry,
+// and the exactness of the division magic used to validate freed pointers.
+#include <catch2/catch.hpp>
+
+#include "core/ds/ds.h"
+
+using namespace uslab;
+
+TEST_CASE("every size maps to the smallest class that fits") {
+  for (size_t size = 1; size <= kMaxSmall; size++) {
+    unsigned c = size_to_class(size);
+    REQUIRE(c >= 1);
+    REQUIRE(c < kNumClasses);
+    REQUIRE(class_size(c) >= size);
+    if (c > 1) REQUIRE(class_size(c - 1) < size);
+  }
+  REQUIRE(size_to_class(0) == 1);
+}
+
+TEST_CASE("rounding waste is at most 25% above 128 bytes") {
+  for (size_t size = 129; size <= kMaxSmall; size++) {
+    size_t waste = class_size(size_to_class(size)) - size;
+    REQUIRE(waste * 4 <= size);
+  }
+}
+
+TEST_CASE("classes are increasing and 16-byte multiples from 16 up") {
+  for (unsigned c = 2; c < kNumClasses; c++) {
+    REQUIRE(class_size(c) > class_size(c - 1));
+    REQUIRE(class_size(c) % 16 == 0);
+  }
+}
+
+TEST_CASE("slab geometry fits the bitmap and the slab") {
+  for (unsigned c = 1; c < kNumClasses; c++) {
+    const SizeClassInfo& i = kClassInfo[c];
+    REQUIRE(i.objects >= 8);
+    REQUIRE(i.objects <= kMaxSlabObjects);
+    REQUIRE(size_t{i.objects} * i.size <= size_t{i.slab_pages} * kPageSize);
+    REQUIRE(i.slab_pages <= kMaxSlabPages);
+    REQUIRE(i.tcache_cap >= 4);
+    REQUIRE(i.tcache_cap <= 256);
+  }
+}
+
+TEST_CASE("division magic is exact over every offset of a slab") {
+  for (unsigned c = 1; c < kNumClasses; c++) {
+    const SizeClassInfo& i = kClassInfo[c];
+    uint64_t limit = uint64_t{i.slab_pages} * kPageSize;
+    for (uint64_t off = 0; off <= limit; off++)
+      if ((off * i.div_magic >> kDivShift) != off / i.size) FAIL("class " << c << " off " << off);
+  }
+}
