@@ -84,7 +84,7 @@ void free_slow(void* p, Segment* seg) {
 }
 
 void* alloc_aligned(size_t size, size_t align) {
-  if (align <= 16) return alloc(size);
+  if (align <= 16) return alloc(size < align ? align : size);  // class 8 is only 8-aligned
   if (align <= kPageSize && size <= kMaxSmall) {
     // A class whose size is a multiple of align: its objects, laid out from a
     // page-aligned slab start, are all aligned.
@@ -212,15 +212,27 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       st.mapped, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
 }
 
+namespace {
+// Where the report at exit goes: a duplicate of stderr taken at start when a report
+// was asked for, since programs may close stderr before exit (coreutils do).
+int g_report_fd = 2;
+}  // namespace
+
 void stats_print_stderr() {
   stats_print([](void*, const char* t) {
     size_t n = 0;
     while (t[n]) n++;
-    os::write_stderr(t, n);
+    os::write_fd(g_report_fd, t, n);
   }, nullptr);
 }
 
-void init() { config_init(); }
+void init() {
+  config_init();
+  if (g_config.stats_at_exit && g_report_fd == 2) {
+    int fd = os::dup_high(2);
+    if (fd >= 0) g_report_fd = fd;
+  }
+}
 
 bool stats_at_exit() {
   config_init();
@@ -267,6 +279,7 @@ void fork_parent() {
 }
 
 void fork_child() {
+  forget_current_tid();
   size_t n = collect_fork_locks();
   for (size_t i = 0; i < n; i++) g_fork_locks[i]->reset_after_fork();
   thread_cache_after_fork_child();

@@ -103,8 +103,10 @@ Stats stats();
 void stats_print(void (*write)(void* opaque, const char* text), void* opaque);
 void stats_print_stderr();
 
-// Reads the configuration (idempotent); whether USLAB_STATS asked for a report at exit.
+// Reads the configuration and, when a report at exit is asked for, keeps a duplicate
+// of stderr for it (called once from the library's constructor).
 void init();
+// Whether USLAB_STATS / stats=1 asked for a report at exit.
 bool stats_at_exit();
 
 // The system page (valloc/pvalloc alignment).

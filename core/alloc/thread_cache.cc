@@ -31,11 +31,21 @@ constinit MetaPool<CacheRecord> cache_pool_;
 pthread_key_t key_;
 bool key_ready_ = false;
 
+// Returns the n newest objects of the bin to the central list. They leave the bin
+// (one store of count) before they are freed, so a fork in between leaves them in
+// neither place (a leak in the child) rather than in both (a double free when the
+// child flushes the caches of threads that did not survive the fork).
 void flush_bin(CacheBin& b, unsigned cls, uint32_t n) {
-  if (n == 0) return;
-  g_central[cls].free_batch(cls, b.slots, n);
-  memmove(b.slots, b.slots + n, (b.count - n) * sizeof(void*));
-  b.count -= n;
+  void* batch[256];
+  while (n) {
+    uint32_t k = n < 256 ? n : 256;
+    memcpy(batch, b.slots + b.count - k, k * sizeof(void*));
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    b.count -= k;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    g_central[cls].free_batch(cls, batch, k);
+    n -= k;
+  }
 }
 
 void flush_all(ThreadCache* tc) {

@@ -3,7 +3,7 @@
 // This is the fallback mode of the per-CPU design (DESIGN.md): each bin is an array
 // stack of object pointers; malloc pops, free pushes, with no lock and no atomic.
 // An empty bin refills half its capacity from the central list in one batch; a full
-// bin flushes its oldest half back in one batch.
+// bin flushes half back in one batch.
 //
 // Owns: the ThreadCache records (from a MetaPool), the registry of live caches, the
 // pthread key whose destructor flushes a cache when its thread exits, and the two

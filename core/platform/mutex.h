@@ -1,10 +1,10 @@
 // core/platform/mutex.h — the lock of every allocator slow path.
 //
-// Owns: Mutex, a three-state futex lock (0 free, 1 held, 2 held with waiters) that
-// records its owner thread. It never allocates, so it works before constructors and
-// in a forked child; it is constant-initialised (a zeroed Mutex is unlocked).
+// Owns: Mutex, a futex lock whose word holds its owner's thread id (and a waiters
+// bit), taken with one compare-and-swap. It never allocates, so it works before
+// constructors and in a forked child; it is constant-initialised (zero = unlocked).
 //
-// The owner record gives two things a plain futex lock cannot:
+// Recording the owner in the lock word gives two things a plain futex lock cannot:
 //  - a signal handler that re-enters a slow path on a thread that already holds the
 //    lock is reported and aborts instead of hanging (gperftools#1094);
 //  - fork's prepare handler can skip a lock its own thread holds (fork called from a
@@ -13,11 +13,14 @@
 
 #include <atomic>
 #include <cstdint>
-#include <pthread.h>
 
 #include "core/platform/os.h"
 
 namespace uslab {
+
+// The id of the calling thread (cached in TLS; reset in a forked child).
+uint32_t current_tid();
+void forget_current_tid();
 
 class Mutex {
  public:
@@ -27,60 +30,67 @@ class Mutex {
 
   void lock() {
     uint32_t expected = 0;
-    if (__builtin_expect(!state_.compare_exchange_strong(expected, 1, std::memory_order_acquire,
-                                                         std::memory_order_relaxed),
+    uint32_t me = current_tid();
+    if (__builtin_expect(!word_.compare_exchange_strong(expected, me, std::memory_order_acquire,
+                                                        std::memory_order_relaxed),
                          0))
-      lock_slow();
-    owner_.store(self(), std::memory_order_relaxed);
+      lock_slow(me);
   }
 
   bool try_lock() {
     uint32_t expected = 0;
-    if (!state_.compare_exchange_strong(expected, 1, std::memory_order_acquire,
-                                        std::memory_order_relaxed))
-      return false;
-    owner_.store(self(), std::memory_order_relaxed);
-    return true;
+    return word_.compare_exchange_strong(expected, current_tid(), std::memory_order_acquire,
+                                         std::memory_order_relaxed);
   }
 
   void unlock() {
-    owner_.store(0, std::memory_order_relaxed);
-    if (state_.exchange(0, std::memory_order_release) == 2)
-      os::futex_wake(reinterpret_cast<uint32_t*>(&state_), 1);
+    if (word_.exchange(0, std::memory_order_release) & kWaiters)
+      os::futex_wake(reinterpret_cast<uint32_t*>(&word_), 1);
   }
 
+  // True when the calling thread holds the lock (even if it was interrupted right
+  // after taking it: the owner is recorded by the same instruction that takes it).
   bool held_by_me() const {
-    return state_.load(std::memory_order_relaxed) != 0 &&
-           owner_.load(std::memory_order_relaxed) == self();
+    return (word_.load(std::memory_order_relaxed) & ~kWaiters) == current_tid();
   }
 
   // Only for a forked child, where the owner (if any) no longer exists.
-  void reset_after_fork() {
-    owner_.store(0, std::memory_order_relaxed);
-    state_.store(0, std::memory_order_relaxed);
-  }
+  void reset_after_fork() { word_.store(0, std::memory_order_relaxed); }
 
  private:
-  static uintptr_t self() { return static_cast<uintptr_t>(pthread_self()); }
+  // The word is 0 when free, else the owner's thread id, with kWaiters set when a
+  // thread may be sleeping on it (thread ids stay below 2^22, the kernel's pid_max).
+  static constexpr uint32_t kWaiters = uint32_t{1} << 31;
 
-  void lock_slow() {
-    if (owner_.load(std::memory_order_relaxed) == self())
-      os::fatal("uslab: allocator re-entered while this thread holds one of its locks "
-                "(malloc from a signal handler that interrupted malloc?)\n");
+  void lock_slow(uint32_t me) {
     for (int spin = 0; spin < 100; spin++) {
-      uint32_t expected = 0;
-      if (state_.load(std::memory_order_relaxed) == 0 &&
-          state_.compare_exchange_weak(expected, 1, std::memory_order_acquire,
-                                       std::memory_order_relaxed))
+      uint32_t v = word_.load(std::memory_order_relaxed);
+      if ((v & ~kWaiters) == me)
+        os::fatal("uslab: allocator re-entered while this thread holds one of its locks "
+                  "(malloc from a signal handler that interrupted malloc?)\n");
+      if (v == 0 && word_.compare_exchange_weak(v, me, std::memory_order_acquire,
+                                                std::memory_order_relaxed))
         return;
       os::cpu_relax();
     }
-    while (state_.exchange(2, std::memory_order_acquire) != 0)
-      os::futex_wait(reinterpret_cast<uint32_t*>(&state_), 2);
+    for (;;) {
+      uint32_t v = word_.load(std::memory_order_relaxed);
+      if (v == 0) {
+        // Others may still sleep: take it with the waiters bit so unlock wakes them.
+        if (word_.compare_exchange_weak(v, me | kWaiters, std::memory_order_acquire,
+                                        std::memory_order_relaxed))
+          return;
+        continue;
+      }
+      if (!(v & kWaiters) && !word_.compare_exchange_weak(v, v | kWaiters,
+                                                          std::memory_order_relaxed,
+                                                          std::memory_order_relaxed))
+        continue;
+      os::futex_wait(reinterpret_cast<uint32_t*>(&word_), v | kWaiters);
+    }
   }
 
-  std::atomic<uint32_t> state_{0};
-  std::atomic<uintptr_t> owner_{0};
+  std::atomic<uint32_t> word_{0};
 };
 
 class LockGuard {

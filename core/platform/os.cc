@@ -1,6 +1,7 @@
 // core/platform/os.cc — raw syscalls, clock and allocation-free diagnostics.
 // See os.h for the rules; no locks here, every function is reentrant.
 #include "core/platform/os.h"
+#include "core/platform/mutex.h"
 
 #include <cerrno>
 #include <cstdarg>
@@ -114,9 +115,16 @@ long read_file(const char* path, char* buf, size_t cap) {
   return (long)len;
 }
 
-void write_stderr(const char* s, size_t n) {
+void write_stderr(const char* s, size_t n) { write_fd(2, s, n); }
+
+int dup_high(int fd) {
+  long r = syscall6(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 100);
+  return r < 0 ? -1 : (int)r;
+}
+
+void write_fd(int fd, const char* s, size_t n) {
   while (n) {
-    long r = syscall6(SYS_write, 2, (long)s, (long)n);
+    long r = syscall6(SYS_write, fd, (long)s, (long)n);
     if (r == -EINTR) continue;
     if (r <= 0) return;
     s += r;
@@ -258,3 +266,17 @@ void fatal(const char* fmt, ...) {
 }
 
 }  // namespace uslab::os
+
+namespace uslab {
+
+static __thread uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+
+uint32_t current_tid() {
+  uint32_t tid = t_tid;
+  if (__builtin_expect(tid == 0, 0)) t_tid = tid = static_cast<uint32_t>(os::syscall6(SYS_gettid));
+  return tid;
+}
+
+void forget_current_tid() { t_tid = 0; }
+
+}  // namespace uslab

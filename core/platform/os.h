@@ -37,7 +37,10 @@ uint64_t now_ns();
 // Read up to `cap` bytes of a file into `buf` with raw syscalls; returns length or -1.
 long read_file(const char* path, char* buf, size_t cap);
 
+void write_fd(int fd, const char* s, size_t n);
 void write_stderr(const char* s, size_t n);
+// A close-on-exec duplicate of fd numbered 100 or above (-1 on failure).
+int dup_high(int fd);
 
 // Tiny allocation-free formatter: %s %d %u %zu %p %x (with optional 'l'/'z' width).
 size_t format(char* out, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -1,0 +1,46 @@
+/* test/common/check.h — minimal checking for the C test programs that run under
+ * LD_PRELOAD (they cannot use Catch2: they must be plain programs on any libc).
+ * CHECK never aborts, so one run reports every failure; check_done() prints the
+ * tally and returns the exit status. require_uslab() fails the test unless malloc
+ * really resolves to libuslab.so — a test that silently ran on glibc proves nothing. */
+#ifndef USLAB_TEST_CHECK_H
+#define USLAB_TEST_CHECK_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_total, check_failed;
+
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    check_total++;                                                               \
+    if (!(cond)) {                                                               \
+      check_failed++;                                                            \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                            \
+  } while (0)
+
+static inline int symbol_is_uslab(void *fn) {
+  Dl_info info;
+  return fn && dladdr(fn, &info) && info.dli_fname && strstr(info.dli_fname, "libuslab");
+}
+
+static inline void require_uslab(void) {
+  void *fn = dlsym(RTLD_DEFAULT, "malloc");
+  if (!symbol_is_uslab(fn) || !dlsym(RTLD_DEFAULT, "uslab_version")) {
+    fprintf(stderr, "FAIL: malloc does not resolve to libuslab.so (not preloaded?)\n");
+    exit(1);
+  }
+}
+
+static inline int check_done(const char *name) {
+  printf("%s: %d checks, %d failed\n", name, check_total, check_failed);
+  return check_failed ? 1 : 0;
+}
+
+#endif

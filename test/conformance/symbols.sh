@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# test/conformance/symbols.sh LIB — libuslab.so exports the whole malloc family,
+# the __libc_* aliases and all 20 C++ operator new/delete forms, and needs libc alone
+# at load time (no libstdc++, no libgcc_s).
+set -u
+lib=$1
+want="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc pvalloc
+malloc_usable_size cfree __libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign
+__libc_valloc __libc_pvalloc __posix_memalign malloc_trim mallinfo mallinfo2 malloc_stats
+malloc_info mallopt free_sized free_aligned_sized uslab_version uslab_stats_print uslab_trim
+_Znwm _Znam _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t _ZnwmSt11align_val_t _ZnamSt11align_val_t
+_ZnwmSt11align_val_tRKSt9nothrow_t _ZnamSt11align_val_tRKSt9nothrow_t _ZdlPv _ZdaPv _ZdlPvm
+_ZdaPvm _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t _ZdlPvSt11align_val_t _ZdaPvSt11align_val_t
+_ZdlPvmSt11align_val_t _ZdaPvmSt11align_val_t _ZdlPvSt11align_val_tRKSt9nothrow_t
+_ZdaPvSt11align_val_tRKSt9nothrow_t"
+have=$(nm -D --defined-only "$lib" | awk '{print $3}')
+fail=0; total=0
+for s in $want; do
+  total=$((total+1))
+  grep -qx "$s" <<<"$have" || { echo "missing export: $s"; fail=$((fail+1)); }
+done
+needed=$(readelf -d "$lib" | awk '/NEEDED/{print $5}' | tr -d '[]')
+total=$((total+1))
+[ "$needed" = "libc.so.6" ] || { echo "libuslab.so needs more than libc: $needed"; fail=$((fail+1)); }
+echo "symbols: $total checks, $fail failed"
+[ $fail -eq 0 ]

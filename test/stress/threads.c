@@ -1,0 +1,164 @@
+/* test/stress/threads.c — multi-threaded stress with content verification, modelled
+ * on mimalloc's test-stress: threads allocate random sizes (mostly small, some large,
+ * a few huge), fill each block with a pattern derived from its address and size,
+ * swap blocks through shared transfer slots (so other threads free them), verify
+ * every block before freeing it, and are all destroyed and recreated each round.
+ * An optional signal storm (setitimer) interrupts them throughout.
+ *
+ * usage: threads [THREADS] [ROUNDS] [SCALE] [signals:0|1]
+ * Prints a report line: operations, threads, bytes moved, failures (must be 0). */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/time.h>
+
+#include "test/common/check.h"
+
+#define TRANSFERS 1000
+
+static int nthreads = 8, rounds = 10, scale = 50;
+static _Atomic(uint64_t *) transfer[TRANSFERS];
+static atomic_ulong ops, bytes, failures, signals_seen;
+
+static uint64_t next_rand(uint64_t *s) { /* splitmix64 */
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static size_t pick_size(uint64_t *r) {
+  uint64_t x = next_rand(r) % 10000;
+  if (x < 9880) return 1 + next_rand(r) % 512;             /* small */
+  if (x < 9990) return 1 + next_rand(r) % 40000;           /* up to mid */
+  if (x < 9999) return 40000 + next_rand(r) % 1000000;     /* large */
+  return 4000000 + next_rand(r) % 4000000;                 /* huge */
+}
+
+/* Layout: word 0 = size in words, word 1 = seed, words 2.. = pattern of the seed. */
+static uint64_t pattern(uint64_t seed, size_t i) { return (seed ^ i) * 0x9e3779b97f4a7c15ull; }
+
+static void stamp(uint64_t *p, size_t from, size_t words) {
+  p[0] = words;
+  for (size_t i = from; i < words; i++) p[i] = pattern(p[1], i);
+}
+
+static int verify(const uint64_t *p, size_t words) {
+  for (size_t i = 2; i < words; i++)
+    if (p[i] != pattern(p[1], i)) {
+      atomic_fetch_add(&failures, 1);
+      fprintf(stderr, "corrupted block %p word %zu\n", (const void *)p, i);
+      return 0;
+    }
+  return 1;
+}
+
+static size_t pick_words(uint64_t *r) { return (pick_size(r) + 7) / 8 + 2; }
+
+static uint64_t *block_new(uint64_t *r) {
+  size_t words = pick_words(r);
+  uint64_t *p = (next_rand(r) & 3) == 0 ? calloc(words, 8) : malloc(words * 8);
+  if (!p) {
+    atomic_fetch_add(&failures, 1);
+    return NULL;
+  }
+  p[1] = next_rand(r);
+  stamp(p, 2, words);
+  atomic_fetch_add(&bytes, words * 8);
+  return p;
+}
+
+/* realloc to a new random size: the common prefix must survive the move. */
+static uint64_t *block_resize(uint64_t *p, uint64_t *r) {
+  if (!p) return block_new(r);
+  size_t old = p[0], words = pick_words(r);
+  uint64_t *q = realloc(p, words * 8);
+  if (!q) {
+    atomic_fetch_add(&failures, 1);
+    return p;
+  }
+  verify(q, old < words ? old : words);
+  stamp(q, old < words ? old : words, words);
+  atomic_fetch_add(&bytes, words * 8);
+  return q;
+}
+
+static void block_free(uint64_t *p) {
+  if (!p) return;
+  verify(p, p[0]);
+  free(p);
+}
+
+static void *worker(void *arg) {
+  uint64_t r = (uintptr_t)arg * 7919 + 1;
+  size_t steps = 100 * (size_t)scale * ((uintptr_t)arg % 8 + 1);
+  size_t cap = 1000, n = 0;
+  uint64_t **mine = malloc(cap * sizeof *mine);
+  for (size_t s = 0; s < steps; s++) {
+    uint64_t x = next_rand(&r) % 100;
+    if (x < 50 || n == 0) {
+      if (n == cap) {
+        cap *= 2;
+        mine = realloc(mine, cap * sizeof *mine);
+      }
+      mine[n++] = block_new(&r);
+    } else if (x < 75) {
+      size_t k = next_rand(&r) % n;
+      block_free(mine[k]);
+      mine[k] = mine[--n];
+    } else if (x < 85) {
+      size_t k = next_rand(&r) % n;
+      mine[k] = block_resize(mine[k], &r);
+    } else { /* hand a block to whichever thread takes this slot next */
+      size_t k = next_rand(&r) % n, slot = next_rand(&r) % TRANSFERS;
+      mine[k] = atomic_exchange(&transfer[slot], mine[k]);
+    }
+    atomic_fetch_add(&ops, 1);
+  }
+  for (size_t k = 0; k < n; k++) block_free(mine[k]);
+  free(mine);
+  return NULL;
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  atomic_fetch_add(&signals_seen, 1);
+}
+
+int main(int argc, char **argv) {
+  require_uslab();
+  if (argc > 1) nthreads = atoi(argv[1]);
+  if (argc > 2) rounds = atoi(argv[2]);
+  if (argc > 3) scale = atoi(argv[3]);
+  int storm = argc > 4 && atoi(argv[4]);
+  if (storm) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, 200}, {0, 200}};
+    setitimer(ITIMER_REAL, &it, NULL);
+  }
+  pthread_t *ts = malloc(sizeof *ts * (size_t)nthreads);
+  for (int round = 0; round < rounds; round++) {
+    for (int t = 0; t < nthreads; t++)
+      CHECK(pthread_create(&ts[t], NULL, worker, (void *)(uintptr_t)(round * nthreads + t)) == 0);
+    for (int t = 0; t < nthreads; t++) pthread_join(ts[t], NULL);
+    /* Half of the transfer slots survive into the next round. */
+    for (int k = 0; k < TRANSFERS; k += 2) block_free(atomic_exchange(&transfer[k], NULL));
+  }
+  for (int k = 0; k < TRANSFERS; k++) block_free(atomic_exchange(&transfer[k], NULL));
+  if (storm) {
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    CHECK(atomic_load(&signals_seen) > 0);
+  }
+  free(ts);
+  printf("stress: %lu operations, %d threads x %d rounds, %lu bytes moved, %lu signals, "
+         "%lu failures\n",
+         atomic_load(&ops), nthreads, rounds, atomic_load(&bytes), atomic_load(&signals_seen),
+         atomic_load(&failures));
+  CHECK(atomic_load(&failures) == 0);
+  return check_done("threads");
+}
