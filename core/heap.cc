@@ -17,17 +17,14 @@ constexpr size_t kMaxRequest = size_t{1} << 62;  // beyond this nothing can be m
 
 size_t pages_for(size_t bytes) { return (bytes + kPageSize - 1) >> kPageShift; }
 
-// Large or huge span of p (p must be its start), or nullptr.
-Span* large_of(const void* p, Segment* seg) {
-  Span* s;
-  if (seg->kind == SegmentKind::kHuge) {
-    s = seg->huge_span;
-  } else {
-    s = seg->page_map[seg->page_of(p)];
-    if (!s || s->kind != SpanKind::kLarge) return nullptr;
-  }
+// Large or huge span of p (p must be its start; e is p's PageMap entry), or nullptr.
+Span* large_of(const void* p, uintptr_t e) {
+  Span* s = PageMap::span_of(e);
+  if (!s || (e & PageMap::kClassMask) || s->kind != SpanKind::kLarge) return nullptr;
   return s->start == p ? s : nullptr;
 }
+
+bool is_huge(const Span* s) { return s->segment->kind == SegmentKind::kHuge; }
 
 void free_huge(Segment* seg) {
   Span* s = seg->huge_span;
@@ -62,25 +59,33 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   return desc->start;
 }
 
-void free_slow(void* p, Segment* seg) {
+void free_slow(void* p, uintptr_t e) {
   if (p == nullptr) return;
   config_init();
-  if (!seg) {
-    report_bad_free(p, "free of invalid pointer", 0);
+  unsigned cls = e & PageMap::kClassMask;
+  if (cls) {
+    // A slab object the fast path did not take: invalid, a repeated free, or a full bin.
+    CacheBin& b = t_cache->bins[cls];
+    if (!slab_of(p, e))
+      report_bad_free(p, "free of invalid pointer", cls);
+    else if (b.count && b.slots[b.count - 1] == p)
+      report_bad_free(p, "double free", cls);
+    else
+      thread_cache_free_slow(p, cls);
     return;
   }
-  if (Span* s = large_of(p, seg)) {
-    if (seg->kind == SegmentKind::kHuge)
-      free_huge(seg);
+  if (Span* s = large_of(p, e)) {
+    if (is_huge(s))
+      free_huge(s->segment);
     else
       g_page_heap.free(s);
     return;
   }
-  Span* s = seg->kind == SegmentKind::kNormal ? seg->page_map[seg->page_of(p)] : nullptr;
+  Span* s = PageMap::span_of(e);
   if (s && s->kind == SpanKind::kFree && s->start == p)
     report_bad_free(p, "double free", 0);
   else
-    report_bad_free(p, "free of invalid pointer", s ? s->size_class : 0);
+    report_bad_free(p, "free of invalid pointer", 0);
 }
 
 void* alloc_aligned(size_t size, size_t align) {
@@ -108,10 +113,9 @@ void* alloc_zeroed(size_t size) {
 }
 
 size_t usable_size(const void* p) {
-  Segment* seg = SegmentMap::lookup(p);
-  if (!seg) return 0;
-  if (Span* s = slab_of(p, seg)) return s->obj_size;
-  if (Span* s = large_of(p, seg)) return s->bytes();
+  uintptr_t e = PageMap::entry(p);
+  if (Span* s = slab_of(p, e)) return s->obj_size;
+  if (Span* s = large_of(p, e)) return s->bytes();
   return 0;
 }
 
@@ -121,16 +125,16 @@ void* realloc(void* p, size_t size) {
     free(p);
     return nullptr;
   }
-  Segment* seg = SegmentMap::lookup(p);
+  uintptr_t e = PageMap::entry(p);
   size_t old_size;
-  if (Span* s = seg ? slab_of(p, seg) : nullptr) {
+  if (Span* s = slab_of(p, e)) {
     if (size <= kMaxSmall && size_to_class(size) == s->size_class) return p;
     old_size = s->obj_size;
-  } else if (Span* l = seg ? large_of(p, seg) : nullptr) {
+  } else if (Span* l = large_of(p, e)) {
     old_size = l->bytes();
     size_t want = pages_for(size);
     if (size > kMaxSmall && size <= kMaxRequest) {
-      if (seg->kind == SegmentKind::kHuge) {
+      if (is_huge(l)) {
         // Keep the mapping while the object still fills at least half of it.
         if (size <= old_size && size >= old_size / 2) return p;
       } else if (want <= l->npages) {
@@ -258,7 +262,7 @@ size_t collect_fork_locks() {
   g_fork_locks[n++] = &g_span_pool.lock();
   g_fork_locks[n++] = &thread_cache_pool_lock();
   g_fork_locks[n++] = &g_meta_arena.lock();
-  g_fork_locks[n++] = &SegmentMap::lock();
+  g_fork_locks[n++] = &PageMap::lock();
   return n;
 }
 

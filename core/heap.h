@@ -25,7 +25,7 @@ namespace uslab::heap {
 
 // Out-of-line paths.
 void* alloc_large(size_t size, size_t align, bool* zeroed);
-void free_slow(void* p, Segment* seg);
+void free_slow(void* p, uintptr_t entry);
 void* alloc_aligned(size_t size, size_t align);
 void* alloc_zeroed(size_t size);
 void* realloc(void* p, size_t size);
@@ -44,11 +44,12 @@ inline void* alloc(size_t size) {
   return alloc_large(size, kPageSize, &zeroed);
 }
 
-// The slab span of p when p is a valid object start of a live slab, else nullptr.
-inline Span* slab_of(const void* p, Segment* seg) {
-  if (__builtin_expect(seg->kind != SegmentKind::kNormal, 0)) return nullptr;
-  Span* s = seg->page_map[seg->page_of(p)];
-  if (__builtin_expect(s == nullptr || s->size_class == 0, 0)) return nullptr;
+// The slab of p when p is a valid object start in a live slab (e is p's PageMap
+// entry), else nullptr.
+inline Span* slab_of(const void* p, uintptr_t e) {
+  unsigned cls = e & PageMap::kClassMask;
+  if (__builtin_expect(cls == 0, 0)) return nullptr;
+  Span* s = PageMap::span_of(e);
   uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - s->start);
   uint64_t idx = off * s->div_magic >> kDivShift;
   if (__builtin_expect(idx * s->obj_size != off || idx >= s->capacity, 0)) return nullptr;
@@ -56,30 +57,24 @@ inline Span* slab_of(const void* p, Segment* seg) {
 }
 
 inline void free(void* p) {
-  Segment* seg = SegmentMap::lookup(p);
-  if (__builtin_expect(seg != nullptr, 1)) {
-    if (Span* s = slab_of(p, seg)) {
-      unsigned cls = s->size_class;
-      CacheBin& b = t_cache->bins[cls];
-      // Catches the commonest double free (the same pointer twice in a row) here;
-      // others are caught by the slab bitmap when the bin is flushed.
-      if (__builtin_expect(b.count < b.cap && (b.count == 0 || b.slots[b.count - 1] != p), 1)) {
-        b.slots[b.count++] = p;
-        return;
-      }
-      if (b.count && b.slots[b.count - 1] == p) {
-        report_bad_free(p, "double free", cls);
-        return;
-      }
-      thread_cache_free_slow(p, cls);
+  uintptr_t e = PageMap::entry(p);
+  unsigned cls = e & PageMap::kClassMask;
+  if (__builtin_expect(cls != 0, 1)) {
+    CacheBin& b = t_cache->bins[cls];
+    // The bin index comes from the map entry alone; validating p against its slab
+    // runs beside the push instead of before it.
+    if (__builtin_expect(slab_of(p, e) != nullptr && b.count < b.cap &&
+                             (b.count == 0 || b.slots[b.count - 1] != p),
+                         1)) {
+      b.slots[b.count++] = p;
       return;
     }
   }
-  free_slow(p, seg);
+  free_slow(p, e);
 }
 
-// True when p lies in memory uslab manages (not necessarily a valid object start).
-inline bool owns(const void* p) { return SegmentMap::lookup(p) != nullptr; }
+// True when uslab has a span at p's page (p may still be an interior pointer).
+inline bool owns(const void* p) { return PageMap::entry(p) != 0; }
 
 // malloc_trim: flush this thread's cache, release spare slabs, purge free pages.
 size_t trim();

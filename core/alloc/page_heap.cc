@@ -21,15 +21,13 @@ Span* new_span_desc() {
 }  // namespace
 
 void PageHeap::set_bounds(Span* s) {
-  Segment* seg = s->segment;
-  seg->page_map[s->first_page] = s;
-  seg->page_map[s->first_page + s->npages - 1] = s;
+  PageMap::set(s->start, s);
+  PageMap::set(s->start + (s->bytes() - kPageSize), s);
 }
 
 void PageHeap::clear_bounds(Span* s) {
-  Segment* seg = s->segment;
-  seg->page_map[s->first_page] = nullptr;
-  seg->page_map[s->first_page + s->npages - 1] = nullptr;
+  PageMap::clear(s->start);
+  PageMap::clear(s->start + (s->bytes() - kPageSize));
 }
 
 void PageHeap::insert_free(Span* s) {
@@ -159,7 +157,7 @@ void PageHeap::free(Span* s) {
 void PageHeap::free_locked(Span* s, uint64_t now) {
   Segment* seg = s->segment;
   if (s->kind == SpanKind::kSlab)
-    for (uint32_t i = 1; i + 1 < s->npages; i++) seg->page_map[s->first_page + i] = nullptr;
+    for (uint32_t i = 1; i + 1 < s->npages; i++) PageMap::clear(s->start + (size_t{i} << kPageShift));
   if (s->kind == SpanKind::kLarge) large_pages_ -= s->npages;
   seg->used_pages -= s->npages;
   s->kind = SpanKind::kFree;
@@ -170,7 +168,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
 
   // Coalesce with the free span before and the free span after (same segment only).
   if (s->first_page > 1) {
-    Span* prev = seg->page_map[s->first_page - 1];
+    Span* prev = PageMap::get(seg->page_addr(s->first_page - 1));
     if (prev && prev->kind == SpanKind::kFree) {
       remove_free(prev);
       clear_bounds(prev);
@@ -183,7 +181,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
   }
   uint32_t after = s->first_page + s->npages;
   if (after < kPagesPerSegment) {
-    Span* next = seg->page_map[after];
+    Span* next = PageMap::get(seg->page_addr(after));
     if (next && next->kind == SpanKind::kFree) {
       remove_free(next);
       clear_bounds(next);
@@ -202,7 +200,7 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
   if (seg->kind != SegmentKind::kNormal || new_npages <= s->npages) return false;
   uint32_t after = s->first_page + s->npages;
   if (after >= kPagesPerSegment) return false;
-  Span* next = seg->page_map[after];
+  Span* next = PageMap::get(seg->page_addr(after));
   size_t extra = new_npages - s->npages;
   if (!next || next->kind != SpanKind::kFree || next->npages < extra) return false;
   remove_free(next);
@@ -219,7 +217,7 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
     clear_bounds(next);
     g_span_pool.free(next);
   }
-  if (s->npages > 1) seg->page_map[s->first_page + s->npages - 1] = nullptr;
+  if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
   s->npages += static_cast<uint32_t>(extra);
   seg->used_pages += static_cast<uint32_t>(extra);
   large_pages_ += extra;
@@ -233,7 +231,7 @@ void PageHeap::shrink(Span* s, size_t new_npages) {
   Span* tail = new_span_desc();
   if (!tail) return;  // keep the pages; shrinking is only an optimisation
   Segment* seg = s->segment;
-  if (s->npages > 1) seg->page_map[s->first_page + s->npages - 1] = nullptr;
+  if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
   tail->segment = seg;
   tail->kind = SpanKind::kLarge;
   tail->first_page = s->first_page + static_cast<uint32_t>(new_npages);

@@ -7,9 +7,9 @@
 // they have been free for `decay_ms`, and unmaps segments that are wholly free.
 //
 // Locking: one Mutex (lock()) guards the free lists, every free span, the kind and
-// the first/last page-map entries of every span, and Segment::used_pages. Callers
+// the first/last PageMap entries of every span, and Segment::used_pages. Callers
 // never hold a central-list lock while calling in (order: central → page heap →
-// MetaPool → MetaArena → SegmentMap).
+// MetaPool → MetaArena → PageMap).
 //
 // Invariants: a free span's page-map entries are set at its first and last page and
 // null inside; an allocated span's are set at its first and last page (slabs set the

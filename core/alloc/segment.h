@@ -1,23 +1,25 @@
 // core/alloc/segment.h — address space: segments, spans, and pointer → span lookup.
 //
 // Owns:
-//  - Segment: 4 MiB of address space aligned to 4 MiB. Page 0 holds the header
-//    (this struct and its page map: one Span* per 8 KiB page); pages 1..511 are
-//    carved by the page heap into spans. A huge allocation (larger than a segment's
-//    pages) gets a segment of its own, of any size, whose header page precedes it.
+//  - Segment: 4 MiB of address space aligned to 4 MiB. Page 0 holds the header;
+//    pages 1..511 are carved by the page heap into spans. A huge allocation (larger
+//    than a segment's pages) gets a segment of its own, of any size, whose header
+//    page precedes it.
 //  - Span: a run of pages — free (page heap), a slab of one size class (central
-//    list), or one large object. Descriptors live in the metadata arena, never in
-//    the heap they describe.
-//  - SegmentMap: a two-level radix table, 4 MiB chunk → Segment*, covering the
-//    47-bit user address space. It answers "is this pointer ours?" in O(1).
+//    list), or one large object. Descriptors live in the metadata arena (64-byte
+//    aligned), never in the heap they describe.
+//  - PageMap: a two-level radix table, 8 KiB page → entry, over the 47-bit user
+//    address space. An entry is the Span* of the page with the slab's size class in
+//    its low 6 bits, so free() learns the class after two loads (as jemalloc's rtree
+//    packs szind). A null entry means "not an object start uslab knows", which is how
+//    foreign pointers are recognised in O(1).
 //
-// Locking: SegmentMap::lookup is lock-free: leaves are published with a release
-// store and never freed; an entry is set before a segment's memory is handed out and
-// cleared only after the segment is given back, so a reader racing with neither
-// sees a stale segment for a live pointer. Writers (register/unregister) hold
-// map_lock. A Segment's page map entries are written under the page heap lock (free
-// spans, large spans) or by the thread that owns a freshly carved slab before it is
-// published; fast-path readers only read entries of spans whose objects they own.
+// Locking: PageMap lookups are lock-free: leaves (1 MiB each, lazily faulted) are
+// published with a release store and never freed. Entries are written under the page
+// heap lock (first/last pages of free and large spans) or by the thread that carves
+// a slab before the slab is published (every page of the slab, with its class);
+// fast-path readers only read entries of spans whose objects they hold. Leaves are
+// created under map_lock when a segment is created, so later writes cannot fail.
 #pragma once
 
 #include <atomic>
@@ -63,53 +65,59 @@ struct Segment {
   uint32_t used_pages;  // normal: pages in non-free spans
   size_t mapped_bytes;  // the whole mapping, header included
   Span* huge_span;      // huge: the one large object
-  Span* page_map[kPagesPerSegment];  // normal: span of each page (first/last page of free
-                                     // and large spans, every page of a slab), or nullptr
 
   char* base() { return reinterpret_cast<char*>(this); }
   char* page_addr(size_t page) { return base() + (page << kPageShift); }
-  size_t page_of(const void* p) {
-    return (size_t)(static_cast<const char*>(p) - base()) >> kPageShift;
-  }
 };
-static_assert(sizeof(Segment) <= kPageSize, "segment header must fit page 0");
 
-class SegmentMap {
+class PageMap {
  public:
   static constexpr unsigned kAddressBits = 47;
-  static constexpr unsigned kLeafBits = 14;
-  static constexpr unsigned kTopBits = kAddressBits - kSegmentShift - kLeafBits;  // 11
+  static constexpr unsigned kLeafBits = 17;
+  static constexpr unsigned kRootBits = kAddressBits - kPageShift - kLeafBits;  // 17
+  static constexpr uintptr_t kClassMask = 63;
 
-  // The segment whose chunk holds p, or nullptr when p is not uslab's.
-  static Segment* lookup(const void* p) {
+  // The entry of p's page: Span* | class, or 0 when uslab knows no span there.
+  static uintptr_t entry(const void* p) {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    uintptr_t top = a >> (kSegmentShift + kLeafBits);
-    if (__builtin_expect(top >= (uintptr_t{1} << kTopBits), 0)) return nullptr;
-    Leaf* leaf = top_[top].load(std::memory_order_acquire);
-    if (__builtin_expect(leaf == nullptr, 0)) return nullptr;
-    return leaf->seg[(a >> kSegmentShift) & ((uintptr_t{1} << kLeafBits) - 1)].load(
+    uintptr_t root = a >> (kPageShift + kLeafBits);
+    if (__builtin_expect(root >= (uintptr_t{1} << kRootBits), 0)) return 0;
+    Leaf* leaf = root_[root].load(std::memory_order_acquire);
+    if (__builtin_expect(leaf == nullptr, 0)) return 0;
+    return leaf->e[(a >> kPageShift) & ((uintptr_t{1} << kLeafBits) - 1)].load(
         std::memory_order_acquire);
   }
+  static Span* span_of(uintptr_t e) { return reinterpret_cast<Span*>(e & ~kClassMask); }
+  static Span* get(const void* p) { return span_of(entry(p)); }
 
-  // Map every chunk of [base, base + bytes) to seg; false if a leaf cannot be mapped.
-  static bool set_range(const void* base, size_t bytes, Segment* seg);
+  // Set or clear the entry of the page at `page` (its leaf must exist: see reserve).
+  static void set(const void* page, Span* s, unsigned cls = 0) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(page);
+    Leaf* leaf = root_[a >> (kPageShift + kLeafBits)].load(std::memory_order_relaxed);
+    leaf->e[(a >> kPageShift) & ((uintptr_t{1} << kLeafBits) - 1)].store(
+        reinterpret_cast<uintptr_t>(s) | cls, std::memory_order_release);
+  }
+  static void clear(const void* page) { set(page, nullptr); }
+
+  // Create the leaves covering [base, base + bytes); false when memory cannot be had.
+  static bool reserve(const void* base, size_t bytes);
 
   static Mutex& lock() { return lock_; }
 
  private:
   struct Leaf {
-    std::atomic<Segment*> seg[size_t{1} << kLeafBits];
+    std::atomic<uintptr_t> e[size_t{1} << kLeafBits];
   };
-  static std::atomic<Leaf*> top_[size_t{1} << kTopBits];
+  static std::atomic<Leaf*> root_[size_t{1} << kRootBits];
   static Mutex lock_;
 };
 
-// Create a normal segment (header initialised, all pages unmapped in the page map).
+// Create a normal segment (header initialised, page-map leaves reserved).
 Segment* segment_create_normal();
 // Create a huge segment holding one large object of `bytes` aligned to `align`.
 // The returned segment's huge_span describes the object.
 Segment* segment_create_huge(size_t bytes, size_t align, Span* span);
-// Unregister and unmap (normal or huge).
+// Unmap (normal or huge); the caller has cleared its page-map entries.
 void segment_destroy(Segment* seg);
 
 // Total bytes currently mapped for segments.

@@ -53,14 +53,13 @@ TEST_CASE("slab batches hand out distinct objects and detect double frees") {
   std::sort(sorted.begin(), sorted.end());
   REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
   for (void* p : objs) {
-    Segment* seg = SegmentMap::lookup(p);
-    REQUIRE(seg != nullptr);
-    Span* s = heap::slab_of(p, seg);
+    Span* s = heap::slab_of(p, PageMap::entry(p));
     REQUIRE(s != nullptr);
     REQUIRE(s->size_class == cls);
   }
   // An interior pointer is not an object.
-  REQUIRE(heap::slab_of(static_cast<char*>(objs[0]) + 8, SegmentMap::lookup(objs[0])) == nullptr);
+  char* interior = static_cast<char*>(objs[0]) + 8;
+  REQUIRE(heap::slab_of(interior, PageMap::entry(interior)) == nullptr);
   g_central[cls].free_batch(cls, objs.data(), objs.size());
 
   g_config.abort_on_error = false;

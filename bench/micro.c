@@ -1,0 +1,75 @@
+/* bench/micro.c — the seed-style microbenchmark: for each size, cycles (TSC) and ns
+ * per operation of "N x alloc then N x free" (reported as the alloc and the free
+ * phase) and of an "alloc/free pair" loop, minimum and median over repeated runs.
+ * It calls plain malloc/free, so the allocator is whatever is preloaded.
+ *
+ * usage: micro [N] [REPS] [SIZE...]     prints one JSON object per (size, test) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <x86intrin.h>
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double tsc_per_ns(void) {
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  uint64_t t0 = __rdtsc();
+  do clock_gettime(CLOCK_MONOTONIC, &b);
+  while ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec) < 50e6);
+  uint64_t t1 = __rdtsc();
+  return (double)(t1 - t0) / ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec));
+}
+
+static void report(const char *test, size_t size, double *v, int reps, double per_ns) {
+  qsort(v, (size_t)reps, sizeof *v, cmp_double);
+  double med = reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2;
+  printf("{\"test\": \"%s\", \"size\": %zu, \"cycles_min\": %.1f, \"cycles_median\": %.1f, "
+         "\"ns_min\": %.2f, \"ns_median\": %.2f}\n",
+         test, size, v[0], med, v[0] / per_ns, med / per_ns);
+}
+
+int main(int argc, char **argv) {
+  size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : 10000;
+  int reps = argc > 2 ? atoi(argv[2]) : 31;
+  size_t default_sizes[] = {8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+  size_t *sizes = default_sizes, nsizes = sizeof default_sizes / sizeof *default_sizes;
+  if (argc > 3) {
+    nsizes = (size_t)(argc - 3);
+    sizes = calloc(nsizes, sizeof *sizes);
+    for (size_t i = 0; i < nsizes; i++) sizes[i] = strtoul(argv[3 + i], NULL, 10);
+  }
+  double per_ns = tsc_per_ns();
+  void **ptrs = calloc(n, sizeof *ptrs);
+  double *va = calloc((size_t)reps, sizeof(double)), *vf = calloc((size_t)reps, sizeof(double)),
+         *vp = calloc((size_t)reps, sizeof(double));
+  for (size_t s = 0; s < nsizes; s++) {
+    size_t size = sizes[s];
+    for (int r = -2; r < reps; r++) { /* two warm-up rounds */
+      uint64_t t0 = __rdtsc();
+      for (size_t i = 0; i < n; i++) ptrs[i] = malloc(size);
+      uint64_t t1 = __rdtsc();
+      for (size_t i = 0; i < n; i++) free(ptrs[i]);
+      uint64_t t2 = __rdtsc();
+      for (size_t i = 0; i < n; i++) {
+        void *p = malloc(size);
+        __asm__ volatile("" : : "r"(p) : "memory");
+        free(p);
+      }
+      uint64_t t3 = __rdtsc();
+      if (r < 0) continue;
+      va[r] = (double)(t1 - t0) / (double)n;
+      vf[r] = (double)(t2 - t1) / (double)n;
+      vp[r] = (double)(t3 - t2) / (double)n;
+    }
+    report("N x alloc", size, va, reps, per_ns);
+    report("N x free", size, vf, reps, per_ns);
+    report("alloc/free pair", size, vp, reps, per_ns);
+  }
+  return 0;
+}
