@@ -42,15 +42,10 @@ class MetaPool {
       if (free_) {
         Link* l = free_;
         free_ = l->next;
-        in_use_++;
         return reinterpret_cast<T*>(l);
       }
     }
-    void* p = g_meta_arena.alloc(sizeof(T) > sizeof(Link) ? sizeof(T) : sizeof(Link));
-    if (!p) return nullptr;
-    LockGuard g(lock_);
-    in_use_++;
-    return static_cast<T*>(p);
+    return static_cast<T*>(g_meta_arena.alloc(sizeof(T) > sizeof(Link) ? sizeof(T) : sizeof(Link)));
   }
 
   void free(T* t) {
@@ -58,10 +53,8 @@ class MetaPool {
     Link* l = reinterpret_cast<Link*>(t);
     l->next = free_;
     free_ = l;
-    in_use_--;
   }
 
-  size_t in_use() const { return in_use_; }
   Mutex& lock() { return lock_; }
 
  private:
@@ -70,7 +63,6 @@ class MetaPool {
   };
   Mutex lock_;
   Link* free_ = nullptr;
-  size_t in_use_ = 0;
 };
 
 }  // namespace uslab

@@ -39,12 +39,6 @@ class IntrusiveList {
     return e;
   }
 
-  // Forget every element (forked child, where the elements are rebuilt elsewhere).
-  void clear() {
-    head_ = nullptr;
-    size_ = 0;
-  }
-
  private:
   T* head_ = nullptr;
   size_t size_ = 0;

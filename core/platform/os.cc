@@ -77,11 +77,6 @@ void* map_aligned(size_t bytes, size_t align) {
 
 void unmap(void* p, size_t bytes) { syscall6(SYS_munmap, (long)p, (long)bytes); }
 
-bool remap_grow(void* p, size_t old_bytes, size_t new_bytes) {
-  long r = syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes, 0);
-  return !failed(r);
-}
-
 void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
 
 void futex_wait(const uint32_t* addr, uint32_t expected) {

@@ -1,6 +1,6 @@
 // core/platform/os.h — the allocator's only door to the kernel.
 //
-// Owns: raw system calls (mmap, munmap, mremap, madvise, futex, write, open/read),
+// Owns: raw system calls (mmap, munmap, madvise, futex, write, open/read, gettid),
 // the monotonic clock, and fatal/diagnostic output on stderr.
 //
 // Rules: nothing here calls malloc, takes a lock, touches errno or goes through a
@@ -23,8 +23,6 @@ void* map(size_t bytes);
 // Mapping of `bytes` whose start is aligned to `align` (a power of two ≥ page size).
 void* map_aligned(size_t bytes, size_t align);
 void unmap(void* p, size_t bytes);
-// Grow a mapping in place (no move); true on success.
-bool remap_grow(void* p, size_t old_bytes, size_t new_bytes);
 // Return pages to the OS; the range reads as zero afterwards.
 void purge(void* p, size_t bytes);
 
