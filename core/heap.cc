@@ -38,24 +38,27 @@ void free_huge(Segment* seg) {
 
 void* alloc_large(size_t size, size_t align, bool* zeroed) {
   config_init();
-  if (size > kMaxRequest || align > kMaxRequest) return nullptr;
+  if (size > kMaxRequest || align > kMaxRequest) return os::fail_nomem();
   if (size == 0) size = 1;
   size_t npages = pages_for(size);
   size_t align_pages = align > kPageSize ? align >> kPageShift : 1;
   if (npages + align_pages - 1 <= PageHeap::kMaxPages) {
-    Span* s = g_page_heap.alloc(npages, align_pages, SpanKind::kLarge, zeroed);
-    return s ? s->start : nullptr;
+    bool z;
+    Span* s = g_page_heap.alloc(npages, align_pages, SpanKind::kLarge, &z);
+    if (!s) return os::fail_nomem();
+    if (zeroed) *zeroed = z;
+    return s->start;
   }
   Span* desc = g_span_pool.alloc();
-  if (!desc) return nullptr;
+  if (!desc) return os::fail_nomem();
   Segment* seg = segment_create_huge(size, align, desc);
   if (!seg) {
     g_span_pool.free(desc);
-    return nullptr;
+    return os::fail_nomem();
   }
   g_huge_count.fetch_add(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
-  *zeroed = true;
+  if (zeroed) *zeroed = true;
   return desc->start;
 }
 
@@ -64,14 +67,8 @@ void free_slow(void* p, uintptr_t e) {
   config_init();
   unsigned cls = e & PageMap::kClassMask;
   if (cls) {
-    // A slab object the fast path did not take: invalid, a repeated free, or a full bin.
-    CacheBin& b = t_cache->bins[cls];
-    if (!slab_of(p, e))
-      report_bad_free(p, "free of invalid pointer", cls);
-    else if (b.count && b.slots[b.count - 1] == p)
-      report_bad_free(p, "double free", cls);
-    else
-      thread_cache_free_slow(p, cls);
+    // The fast path takes every valid slab object.
+    report_bad_free(p, "free of invalid pointer", cls);
     return;
   }
   if (Span* s = large_of(p, e)) {
@@ -96,8 +93,7 @@ void* alloc_aligned(size_t size, size_t align) {
     for (unsigned cls = size_to_class(size > align ? size : align); cls < kNumClasses; cls++)
       if (class_size(cls) % align == 0) return alloc_class(cls);
   }
-  bool zeroed;
-  return alloc_large(size, align > kPageSize ? align : kPageSize, &zeroed);
+  return alloc_large(size, align > kPageSize ? align : kPageSize, nullptr);
 }
 
 void* alloc_zeroed(size_t size) {
@@ -159,20 +155,43 @@ void* realloc(void* p, size_t size) {
 size_t trim() {
   config_init();
   thread_cache_flush_mine();
+  percpu_drain_all();
   for (unsigned c = 1; c < kNumClasses; c++) g_central[c].release_spare();
   return g_page_heap.purge(true);
 }
 
+namespace {
+
+// Objects of each class held in the caches in front of the slabs (racy sums).
+struct CachedCounts {
+  size_t thread[kNumClasses];
+  size_t ncaches;
+  PerCpuClassStats cpu[kNumClasses];
+  DepotStats depot[kNumClasses];
+
+  CachedCounts() {
+    thread_cache_counts(thread, &ncaches);
+    percpu_class_stats(cpu);
+    for (unsigned c = 1; c < kNumClasses; c++) depot[c] = g_depot[c].stats();
+  }
+  size_t total(unsigned c) const { return thread[c] + cpu[c].cpu_objects + depot[c].objects; }
+};
+
+}  // namespace
+
 Stats stats() {
   Stats st{};
-  size_t cached[kNumClasses];
-  thread_cache_counts(cached, &st.thread_caches);
+  CachedCounts cached;
+  st.thread_caches = cached.ncaches;
   for (unsigned c = 1; c < kNumClasses; c++) {
     CentralStats cs = g_central[c].stats(c);
     size_t live = cs.objects - cs.free_objects;
-    live = live > cached[c] ? live - cached[c] : 0;
+    live = live > cached.total(c) ? live - cached.total(c) : 0;
     st.small_slab_bytes += cs.slabs * kClassInfo[c].slab_pages * kPageSize;
     st.small_allocated += live * kClassInfo[c].size;
+    st.thread_cached += cached.thread[c] * kClassInfo[c].size;
+    st.cpu_cached += cached.cpu[c].cpu_objects * kClassInfo[c].size;
+    st.depot_cached += cached.depot[c].objects * kClassInfo[c].size;
   }
   PageHeapStats ph = g_page_heap.stats();
   st.huge_count = g_huge_count.load(std::memory_order_relaxed);
@@ -193,22 +212,34 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     write(opaque, line);
   };
   config_init();
-  size_t cached[kNumClasses];
-  size_t ncaches;
-  thread_cache_counts(cached, &ncaches);
-  out("uslab stats (mode: per-thread caches, %zu live)\n", ncaches);
-  out("%5s %7s %6s %9s %9s %9s %9s %10s %10s\n", "class", "size", "slabs", "objects",
-      "active", "cached", "free", "refills", "flushes");
+  CachedCounts cached;
+  if (g_percpu) {
+    PerCpuStats pc = percpu_stats();
+    out("uslab stats (mode: %s; %u of %u CPUs used, %zu bytes of capacity per CPU, "
+        "%zu thread caches)\n",
+        rseq_mode_name(rseq_mode()), pc.cpus_used, pc.cpus_possible, pc.budget, cached.ncaches);
+    out("sheaf capacity: %zu grows, %zu steals, %zu CPU drains\n", (size_t)pc.grows,
+        (size_t)pc.steals, (size_t)pc.drains);
+  } else {
+    out("uslab stats (mode: %s; %zu thread caches)\n", rseq_mode_name(RseqMode::kNone),
+        cached.ncaches);
+  }
+  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s\n", "class", "size", "slabs",
+      "objects", "active", "cpu", "depot", "thread", "free", "depot-hit", "slab-out", "slab-in");
   for (unsigned c = 1; c < kNumClasses; c++) {
     CentralStats cs = g_central[c].stats(c);
     if (cs.slabs == 0 && cs.batches_out == 0) continue;
     size_t used = cs.objects - cs.free_objects;
-    size_t active = used > cached[c] ? used - cached[c] : 0;
-    out("%5u %7u %6zu %9zu %9zu %9zu %9zu %10zu %10zu\n", c, (unsigned)class_size(c), cs.slabs,
-        cs.objects, active, cached[c], cs.free_objects, (size_t)cs.batches_out,
+    size_t active = used > cached.total(c) ? used - cached.total(c) : 0;
+    const DepotStats& d = cached.depot[c];
+    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %9zu %9zu %9zu\n", c,
+        (unsigned)class_size(c), cs.slabs, cs.objects, active, cached.cpu[c].cpu_objects,
+        d.objects, cached.thread[c], cs.free_objects, (size_t)d.hits, (size_t)cs.batches_out,
         (size_t)cs.batches_in);
   }
   Stats st = stats();
+  out("cached: %zu bytes in CPU sheaves, %zu in depots, %zu in thread caches\n", st.cpu_cached,
+      st.depot_cached, st.thread_cached);
   out("small: %zu bytes in slabs, %zu allocated\n", st.small_slab_bytes, st.small_allocated);
   out("large: %zu bytes allocated; huge: %zu objects, %zu bytes\n", st.large_allocated,
       st.huge_count, st.huge_allocated);
@@ -245,30 +276,39 @@ bool stats_at_exit() {
 
 void die(const char* message) { os::fatal("uslab: %s\n", message); }
 
-// Lock order: registry, central lists, page heap, metadata pools, arena, segment map.
+// Lock order: thread-cache registry, CPU locks, depots, central lists, page heap,
+// metadata pools, arena, segment map.
 // A lock this thread already holds (fork from a signal handler that interrupted a
 // slow path) is skipped rather than deadlocked on; the child resets every lock.
 namespace {
 
-constexpr size_t kForkLocks = 1 + (kNumClasses - 1) + 5;
+constexpr size_t kForkLocks = 2 * (kNumClasses - 1) + 6;
 Mutex* g_fork_locks[kForkLocks];
 bool g_fork_taken[kForkLocks];
 
+// The locks after the per-CPU ones (which percpu_fork_* take after the registry).
 size_t collect_fork_locks() {
   size_t n = 0;
-  g_fork_locks[n++] = &thread_cache_registry_lock();
+  for (unsigned c = 1; c < kNumClasses; c++) g_fork_locks[n++] = &g_depot[c].lock();
   for (unsigned c = 1; c < kNumClasses; c++) g_fork_locks[n++] = &g_central[c].lock();
   g_fork_locks[n++] = &g_page_heap.lock();
   g_fork_locks[n++] = &g_span_pool.lock();
   g_fork_locks[n++] = &thread_cache_pool_lock();
+  g_fork_locks[n++] = &depot_sheaf_pool_lock();
   g_fork_locks[n++] = &g_meta_arena.lock();
   g_fork_locks[n++] = &PageMap::lock();
   return n;
 }
 
+bool g_registry_taken;
+
 }  // namespace
 
 void fork_prepare() {
+  Mutex& registry = thread_cache_registry_lock();
+  g_registry_taken = !registry.held_by_me();
+  if (g_registry_taken) registry.lock();
+  percpu_fork_prepare();
   size_t n = collect_fork_locks();
   for (size_t i = 0; i < n; i++) {
     g_fork_taken[i] = !g_fork_locks[i]->held_by_me();
@@ -280,12 +320,16 @@ void fork_parent() {
   size_t n = collect_fork_locks();
   for (size_t i = n; i-- > 0;)
     if (g_fork_taken[i]) g_fork_locks[i]->unlock();
+  percpu_fork_parent();
+  if (g_registry_taken) thread_cache_registry_lock().unlock();
 }
 
 void fork_child() {
   forget_current_tid();
   size_t n = collect_fork_locks();
   for (size_t i = 0; i < n; i++) g_fork_locks[i]->reset_after_fork();
+  percpu_fork_child();
+  thread_cache_registry_lock().reset_after_fork();
   thread_cache_after_fork_child();
 }
 

@@ -8,7 +8,7 @@
 //   core/heap.h                this facade
 //
 // Owns: the malloc-family semantics on top of the allocator layer — small objects
-// through the thread cache, large ones from the page heap, huge ones in their own
+// through the per-CPU sheaves or the thread caches, large ones from the page heap, huge ones in their own
 // segments; aligned allocation; realloc in place; validation of every pointer handed
 // back (foreign, interior, double frees are reported); fork handling; trim; stats.
 //
@@ -23,7 +23,11 @@
 
 namespace uslab::heap {
 
+// Every allocation function below fails with nullptr and errno = ENOMEM.
+using os::fail_nomem;
+
 // Out-of-line paths.
+// *zeroed (when asked for) tells whether the memory is known to read as zero.
 void* alloc_large(size_t size, size_t align, bool* zeroed);
 void free_slow(void* p, uintptr_t entry);
 void* alloc_aligned(size_t size, size_t align);
@@ -31,17 +35,18 @@ void* alloc_zeroed(size_t size);
 void* realloc(void* p, size_t size);
 size_t usable_size(const void* p);
 
+// The front end is chosen once, at the first allocation: per-CPU sheaves (rseq)
+// or per-thread caches; until then g_percpu is false and the thread cache's slow
+// path makes the choice.
 inline void* alloc_class(unsigned cls) {
-  CacheBin& b = t_cache->bins[cls];
-  if (__builtin_expect(b.count != 0, 1)) return b.slots[--b.count];
-  return thread_cache_alloc_slow(cls);
+  if (__builtin_expect(g_percpu, 1)) return percpu_alloc(cls);
+  return thread_cache_alloc(cls);
 }
 
-// malloc without errno handling: nullptr when memory cannot be had.
+// malloc.
 inline void* alloc(size_t size) {
   if (__builtin_expect(size <= kMaxSmall, 1)) return alloc_class(size_to_class(size));
-  bool zeroed;
-  return alloc_large(size, kPageSize, &zeroed);
+  return alloc_large(size, kPageSize, nullptr);
 }
 
 // The slab of p when p is a valid object start in a live slab (e is p's PageMap
@@ -59,16 +64,9 @@ inline Span* slab_of(const void* p, uintptr_t e) {
 inline void free(void* p) {
   uintptr_t e = PageMap::entry(p);
   unsigned cls = e & PageMap::kClassMask;
-  if (__builtin_expect(cls != 0, 1)) {
-    CacheBin& b = t_cache->bins[cls];
-    // The bin index comes from the map entry alone; validating p against its slab
-    // runs beside the push instead of before it.
-    if (__builtin_expect(slab_of(p, e) != nullptr && b.count < b.cap &&
-                             (b.count == 0 || b.slots[b.count - 1] != p),
-                         1)) {
-      b.slots[b.count++] = p;
-      return;
-    }
+  if (__builtin_expect(cls != 0 && slab_of(p, e) != nullptr, 1)) {
+    if (__builtin_expect(g_percpu, 1)) return percpu_free(p, cls);
+    return thread_cache_free(p, cls);
   }
   free_slow(p, e);
 }
@@ -91,6 +89,9 @@ struct Stats {
   size_t dirty_bytes;     // free but still resident
   size_t purged_bytes;    // returned to the OS so far
   size_t thread_caches;
+  size_t cpu_cached;      // bytes in per-CPU sheaves
+  size_t depot_cached;    // bytes in depot sheaves
+  size_t thread_cached;   // bytes in thread caches
 };
 Stats stats();
 

@@ -24,25 +24,16 @@ constexpr size_t kOsPage = heap::kSystemPage;
 
 inline bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 
-inline void* fail_enomem() {
-  errno = ENOMEM;
-  return nullptr;
-}
-
 inline void* aligned(size_t align, size_t size) {
   void* p = heap::alloc_aligned(size, align);
-  return p ? p : fail_enomem();
+  return p ? p : heap::fail_nomem();
 }
 
 }  // namespace
 
 extern "C" {
 
-USLAB_EXPORT void* malloc(size_t size) {
-  void* p = heap::alloc(size);
-  if (__builtin_expect(p != nullptr, 1)) return p;
-  return fail_enomem();
-}
+USLAB_EXPORT void* malloc(size_t size) { return heap::alloc(size); }
 
 USLAB_EXPORT void free(void* p) { heap::free(p); }
 
@@ -50,20 +41,20 @@ USLAB_EXPORT void cfree(void* p) { heap::free(p); }
 
 USLAB_EXPORT void* calloc(size_t n, size_t size) {
   size_t total;
-  if (__builtin_mul_overflow(n, size, &total)) return fail_enomem();
+  if (__builtin_mul_overflow(n, size, &total)) return heap::fail_nomem();
   void* p = heap::alloc_zeroed(total);
-  return p ? p : fail_enomem();
+  return p ? p : heap::fail_nomem();
 }
 
 USLAB_EXPORT void* realloc(void* p, size_t size) {
   void* q = heap::realloc(p, size);
   if (q || (p && size == 0)) return q;
-  return fail_enomem();
+  return heap::fail_nomem();
 }
 
 USLAB_EXPORT void* reallocarray(void* p, size_t n, size_t size) {
   size_t total;
-  if (__builtin_mul_overflow(n, size, &total)) return fail_enomem();
+  if (__builtin_mul_overflow(n, size, &total)) return heap::fail_nomem();
   return realloc(p, total);
 }
 
@@ -86,7 +77,7 @@ USLAB_EXPORT void* aligned_alloc(size_t align, size_t size) {
 USLAB_EXPORT void* memalign(size_t align, size_t size) {
   // glibc rounds a non-power-of-two alignment up to the next power of two.
   if (!is_pow2(align)) {
-    if (align > (SIZE_MAX >> 1) + 1) return fail_enomem();
+    if (align > (SIZE_MAX >> 1) + 1) return heap::fail_nomem();
     size_t a = 1;
     while (a < align) a <<= 1;
     align = a;
@@ -98,7 +89,7 @@ USLAB_EXPORT void* valloc(size_t size) { return aligned(kOsPage, size); }
 
 USLAB_EXPORT void* pvalloc(size_t size) {
   size_t rounded = (size + kOsPage - 1) & ~(kOsPage - 1);
-  if (rounded < size) return fail_enomem();
+  if (rounded < size) return heap::fail_nomem();
   return aligned(kOsPage, rounded ? rounded : kOsPage);
 }
 

@@ -3,6 +3,8 @@
 // pthread key's creation.
 #include "core/alloc/thread_cache.h"
 
+#include "core/alloc/percpu.h"
+
 #include <cstring>
 #include <pthread.h>
 
@@ -106,10 +108,12 @@ ThreadCache* create() {
 void* thread_cache_alloc_slow(unsigned cls) {
   ThreadCache* tc = t_cache;
   if (tc == &g_empty_cache) {
+    // The process's first allocation decides between per-CPU sheaves and these caches.
+    if (!percpu_decided() && percpu_decide()) return percpu_alloc(cls);
     tc = create();
     if (!tc) {
       void* p;
-      return g_central[cls].alloc_batch(cls, &p, 1) ? p : nullptr;
+      return g_central[cls].alloc_batch(cls, &p, 1) ? p : os::fail_nomem();
     }
   }
   CacheBin& b = tc->bins[cls];
@@ -117,7 +121,7 @@ void* thread_cache_alloc_slow(unsigned cls) {
   uint32_t want = b.cap / 2 ? b.cap / 2 : 1;
   b.count = static_cast<uint32_t>(g_central[cls].alloc_batch(cls, b.slots, want));
   tc->refills++;
-  if (!b.count) return nullptr;
+  if (!b.count) return os::fail_nomem();
   return b.slots[--b.count];
 }
 
@@ -131,6 +135,7 @@ void thread_cache_free_slow(void* p, unsigned cls) {
     }
   }
   CacheBin& b = tc->bins[cls];
+  if (b.count && b.slots[b.count - 1] == p) return report_bad_free(p, "double free", cls);
   if (b.count >= b.cap) {
     flush_bin(b, cls, b.cap / 2 ? b.cap / 2 : b.count);
     tc->flushes++;

@@ -1,6 +1,8 @@
 // core/alloc/thread_cache.h — per-thread caches of free objects, one bin per class.
 //
-// This is the fallback mode of the per-CPU design (DESIGN.md): each bin is an array
+// This is the fallback mode of the per-CPU design (DESIGN.md), used by the whole
+// process when rseq is unavailable and by single threads that cannot use their
+// CPU's sheaves (see percpu.h): each bin is an array
 // stack of object pointers; malloc pops, free pushes, with no lock and no atomic.
 // An empty bin refills half its capacity from the central list in one batch; a full
 // bin flushes half back in one batch.
@@ -48,9 +50,27 @@ extern __thread ThreadCache* t_cache __attribute__((tls_model("initial-exec")));
 extern __thread uint8_t t_state __attribute__((tls_model("initial-exec")));
 extern ThreadCache g_empty_cache;
 
-// Slow paths of the bins (refill, flush, first use, use after thread exit).
+// Slow paths of the bins (refill, flush, first use, use after thread exit, the
+// per-CPU decision on a process's first allocation, double-free report).
 void* thread_cache_alloc_slow(unsigned cls);
 void thread_cache_free_slow(void* p, unsigned cls);
+
+inline void* thread_cache_alloc(unsigned cls) {
+  CacheBin& b = t_cache->bins[cls];
+  if (__builtin_expect(b.count != 0, 1)) return b.slots[--b.count];
+  return thread_cache_alloc_slow(cls);
+}
+
+// p is a validated object of class cls. Pushing the bin's top object again is a
+// double free; the slow path reports it.
+inline void thread_cache_free(void* p, unsigned cls) {
+  CacheBin& b = t_cache->bins[cls];
+  if (__builtin_expect(b.count < b.cap && (b.count == 0 || b.slots[b.count - 1] != p), 1)) {
+    b.slots[b.count++] = p;
+    return;
+  }
+  thread_cache_free_slow(p, cls);
+}
 
 // Flush every bin of the calling thread back to the central lists.
 void thread_cache_flush_mine();

@@ -16,6 +16,8 @@ namespace uslab {
 struct Config {
   bool abort_on_error = true;   // invalid/double free: report and abort (false: report, leak)
   bool tcache = true;           // per-thread caches in front of the central lists
+  bool percpu = true;           // per-CPU sheaves over rseq when the kernel allows
+  uint64_t cpu_cache_bytes = 0; // capacity budget per CPU (0: from the L2 size)
   bool stats_at_exit = false;   // print the stats table on stderr at exit
   uint64_t decay_ms = 10000;    // free pages stay resident this long before madvise
 };

@@ -75,6 +75,11 @@ void* map_aligned(size_t bytes, size_t align) {
   return reinterpret_cast<void*>(start);
 }
 
+void* fail_nomem() {
+  errno = ENOMEM;
+  return nullptr;
+}
+
 void unmap(void* p, size_t bytes) { syscall6(SYS_munmap, (long)p, (long)bytes); }
 
 void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }

@@ -3,7 +3,8 @@
 // Owns: raw system calls (mmap, munmap, madvise, futex, write, open/read, gettid),
 // the monotonic clock, and fatal/diagnostic output on stderr.
 //
-// Rules: nothing here calls malloc, takes a lock, touches errno or goes through a
+// Rules: nothing here calls malloc, takes a lock, touches errno (except fail_nomem,
+// the malloc family's failure) or goes through a
 // libc wrapper another preload could hook (jemalloc#329, #443): every call is a raw
 // syscall instruction, so free() preserves errno even when it unmaps memory, and the
 // functions are safe before libc's constructors ran and inside a forked child.
@@ -45,6 +46,9 @@ size_t format(char* out, size_t cap, const char* fmt, ...) __attribute__((format
 size_t vformat(char* out, size_t cap, const char* fmt, __builtin_va_list ap);
 void print_stderr(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 [[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Sets errno = ENOMEM and returns nullptr: how every allocation path fails.
+void* fail_nomem();
 
 constexpr size_t kOsPage = 4096;
 

@@ -1,0 +1,76 @@
+// core/alloc/depot.h — per-class depots of full sheaves behind the per-CPU sheaves.
+//
+// Owns: for each size class, a list of full Sheafs (arrays of free object pointers
+// moved as one unit) and a list of empty Sheaf records to reuse, as SLUB's "barn".
+// A per-CPU refill takes one full sheaf (one lock, one copy); a drain leaves one.
+// Only when the depot has no full sheaf does a refill go to the central slab lists,
+// and then for a whole batch; a drain that finds the depot at its bound frees the
+// batch to the slabs (grouped by slab, one class lock per batch).
+//
+// Locking: Depot::lock guards both lists and the counters of its class. Order:
+// per-CPU lock → depot lock → central class lock → page heap. Sheaf records come
+// from a MetaPool and are never returned to the OS; they are allocated with the
+// depot lock dropped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/central.h"
+
+namespace uslab {
+
+constexpr size_t kMaxBatch = 64;  // objects moved per refill/drain, at most
+
+struct Sheaf {
+  Sheaf* next;
+  uint32_t count;
+  void* objs[kMaxBatch];
+};
+
+struct DepotStats {
+  size_t full_sheaves;
+  size_t objects;        // in full sheaves
+  uint64_t hits;         // refills served by a full sheaf
+  uint64_t misses;       // refills that went to the slabs
+  uint64_t spills;       // drains that went to the slabs (depot at its bound)
+};
+
+class Depot {
+ public:
+  // Up to n (≤ kMaxBatch) objects into out; 0 only when memory cannot be had.
+  size_t take(unsigned cls, void** out, size_t n);
+  // n (≤ kMaxBatch) objects of class cls back, as one full sheaf when there is room.
+  void give(unsigned cls, void* const* objs, size_t n);
+  // Every object held here back to the slabs (trim).
+  void flush(unsigned cls);
+
+  DepotStats stats();
+  Mutex& lock() { return lock_; }
+  void reset_after_fork() { lock_.reset_after_fork(); }
+
+ private:
+  Mutex lock_;
+  Sheaf* full_ = nullptr;
+  Sheaf* empty_ = nullptr;
+  uint32_t nfull_ = 0;
+  size_t objects_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, spills_ = 0;
+};
+
+extern Depot g_depot[kNumClasses];
+Mutex& depot_sheaf_pool_lock();
+
+// Batch size of a class: objects per refill/drain (2 … kMaxBatch, about 16 KiB).
+constexpr uint32_t batch_size(unsigned cls) {
+  size_t n = 16384 / kClassInfo[cls].size;
+  return static_cast<uint32_t>(n < 2 ? 2 : n > kMaxBatch ? kMaxBatch : n);
+}
+
+// Full sheaves a depot keeps at most (about 256 KiB of objects, 1 … 32 sheaves).
+constexpr uint32_t depot_max_full(unsigned cls) {
+  size_t n = 262144 / (size_t{batch_size(cls)} * kClassInfo[cls].size);
+  return static_cast<uint32_t>(n < 1 ? 1 : n > 32 ? 32 : n);
+}
+
+}  // namespace uslab

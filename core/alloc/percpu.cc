@@ -1,0 +1,293 @@
+// core/alloc/percpu.cc — per-CPU sheaves: set-up, refill and drain, adaptive
+// capacity, draining for trim, stats and fork. See percpu.h for the layout and the
+// rules; CpuMeta::lock guards everything in a CpuMeta and the `end` fields of that
+// CPU's headers.
+#include "core/alloc/percpu.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "core/alloc/thread_cache.h"
+
+namespace uslab {
+
+constinit char* g_cpu_region = nullptr;
+constinit uint32_t g_cpu_count = 0;
+constinit bool g_percpu = false;
+
+namespace {
+
+struct CpuMeta {
+  Mutex lock;
+  bool ready;                // used since start or the last drain
+  bool fork_taken;
+  uint32_t clock;            // next class the capacity thief looks at
+  uint64_t missed;           // bit per class: missed since the thief last passed
+  size_t capacity_bytes;     // sum over classes of capacity × size
+  uint64_t grows, steals, drains;
+};
+
+constexpr uint32_t kNoCpu = ~uint32_t{0};
+
+constinit Mutex init_lock_;
+constinit std::atomic<bool> decided_{false};
+CpuMeta* meta_ = nullptr;
+size_t budget_ = 0;
+
+uint32_t* headers(uint32_t cpu) {
+  return reinterpret_cast<uint32_t*>(g_cpu_region + (size_t{cpu} << kCpuRegionShift) +
+                                     kHeaderOffset);
+}
+
+uint32_t begin_of(unsigned cls) { return kSheafLayout.begin[cls]; }
+// Capacity and cached count of a class on a CPU (a racy read, except that the
+// capacity is stable under the CPU's lock); a header never used reads as 0 / 0.
+uint32_t capacity_of(uint32_t cpu, unsigned cls) {
+  uint32_t end = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED) >> 16;
+  return end > begin_of(cls) ? end - begin_of(cls) : 0;
+}
+uint32_t cached_of(uint32_t cpu, unsigned cls) {
+  uint32_t cur = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED) & 0xffff;
+  return cur > begin_of(cls) ? cur - begin_of(cls) : 0;
+}
+
+// The CPU whose sheaves this thread may use now, or kNoCpu (then it uses its
+// per-thread cache): uslab's own rseq registration is made here on a thread's first
+// slow path; a thread the kernel refused, or on a CPU id beyond the table, has none.
+uint32_t usable_cpu() {
+  uint32_t c = rseq_cpu_id();
+  if (c < g_cpu_count) return c;
+  if (c == kRseqCpuUninitialized && rseq_register_thread()) {
+    c = rseq_cpu_id();
+    if (c < g_cpu_count) return c;
+  }
+  return kNoCpu;
+}
+
+// Takes capacity from a class of CPU c other than `keep` that has not missed since
+// the thief last passed it (second-chance clock). Lock of c held. False when nothing
+// could be taken (or the thread left c).
+bool steal(uint32_t c, CpuMeta& m, unsigned keep) {
+  for (unsigned i = 0; i < 2 * (kNumClasses - 1); i++) {
+    unsigned v = m.clock % (kNumClasses - 1) + 1;
+    m.clock = v;
+    uint32_t cap = capacity_of(c, v);
+    if (v == keep || cap == 0) continue;
+    if (m.missed & (uint64_t{1} << v)) {
+      m.missed &= ~(uint64_t{1} << v);
+      continue;
+    }
+    uint32_t step = batch_size(v) < cap ? batch_size(v) : cap;
+    void* spill[kMaxBatch];
+    long k = percpu_resize(c, v, begin_of(v) + cap - step, spill);
+    if (k < 0) return false;
+    m.capacity_bytes -= size_t{step} * class_size(v);
+    m.steals++;
+    if (k) g_depot[v].give(v, spill, static_cast<size_t>(k));
+    return true;
+  }
+  return false;
+}
+
+// Called on every miss of cls on CPU c: grows the class's capacity by a batch while
+// the CPU's byte budget allows (taking capacity from classes that stopped missing
+// when it does not).
+void on_miss(uint32_t c, unsigned cls) {
+  CpuMeta& m = meta_[c];
+  m.lock.lock();
+  if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
+  m.missed |= uint64_t{1} << cls;
+  uint32_t cap = capacity_of(c, cls);
+  uint32_t max = sheaf_max_capacity(cls);
+  if (cap < max) {
+    uint32_t step = batch_size(cls) < max - cap ? batch_size(cls) : max - cap;
+    size_t need = size_t{step} * class_size(cls);
+    while (m.capacity_bytes + need > budget_ && steal(c, m, cls)) {
+    }
+    if (m.capacity_bytes + need <= budget_ &&
+        percpu_resize(c, cls, begin_of(cls) + cap + step, nullptr) >= 0) {
+      m.capacity_bytes += need;
+      m.grows++;
+    }
+  }
+  m.lock.unlock();
+}
+
+// Puts buf[0..n) on the current CPU's sheaf as far as it has room; the rest goes
+// to the depot.
+void push_or_give(unsigned cls, void** buf, size_t n) {
+  while (n) {
+    uint32_t c = usable_cpu();
+    if (c == kNoCpu) break;
+    long k = percpu_push_batch(c, cls, buf, n);
+    if (k < 0) continue;  // moved to another CPU meanwhile
+    n -= static_cast<size_t>(k);
+    break;
+  }
+  if (n) g_depot[cls].give(cls, buf, n);
+}
+
+size_t default_budget() {
+  size_t l2 = l2_cache_bytes();
+  if (l2 < (size_t{512} << 10)) return size_t{512} << 10;
+  if (l2 > (size_t{4} << 20)) return size_t{4} << 20;
+  return l2;
+}
+
+}  // namespace
+
+bool percpu_decide() {
+  if (decided_.load(std::memory_order_acquire)) return g_percpu;
+  LockGuard g(init_lock_);
+  if (decided_.load(std::memory_order_relaxed)) return g_percpu;
+  config_init();
+  if (rseq_init_process(g_config.percpu) != RseqMode::kNone) {
+    uint32_t n = possible_cpus();
+    if (n > kMaxCpus) n = kMaxCpus;
+    char* region = static_cast<char*>(os::map(size_t{n} << kCpuRegionShift));
+    meta_ = static_cast<CpuMeta*>(g_meta_arena.alloc(n * sizeof(CpuMeta)));
+    if (region && meta_) {
+      budget_ = g_config.cpu_cache_bytes ? g_config.cpu_cache_bytes : default_budget();
+      g_cpu_region = region;
+      __atomic_store_n(&g_cpu_count, n, __ATOMIC_RELEASE);
+      __atomic_store_n(&g_percpu, true, __ATOMIC_RELEASE);
+    }
+  }
+  decided_.store(true, std::memory_order_release);
+  return g_percpu;
+}
+
+void* percpu_alloc_retry(unsigned cls) { return percpu_alloc(cls); }
+void percpu_free_retry(void* p, unsigned cls) { percpu_free(p, cls); }
+
+bool percpu_decided() { return decided_.load(std::memory_order_acquire); }
+
+void* percpu_alloc_slow(unsigned cls) {
+  uint32_t c = usable_cpu();
+  if (c == kNoCpu) return thread_cache_alloc(cls);
+  on_miss(c, cls);
+  void* buf[kMaxBatch];
+  size_t n = g_depot[cls].take(cls, buf, batch_size(cls));
+  if (n == 0) return os::fail_nomem();
+  void* obj = buf[--n];
+  push_or_give(cls, buf, n);
+  return obj;
+}
+
+void percpu_free_slow(void* p, unsigned cls) {
+  uint32_t c;
+  for (;;) {
+    c = usable_cpu();
+    if (c == kNoCpu) return thread_cache_free(p, cls);
+    void* top;
+    if (percpu_peek(c, cls, &top) < 0) continue;
+    if (top == p) return report_bad_free(p, "double free", cls);
+    break;
+  }
+  on_miss(c, cls);
+  void* one[1] = {p};
+  long k = percpu_push_batch(c, cls, one, 1);
+  if (k == 1) return;
+  if (k == 0) {
+    // Full: a batch from the top goes to the depot, then p fits.
+    void* buf[kMaxBatch];
+    long n = percpu_pop_batch(c, cls, buf, batch_size(cls));
+    if (n > 0) g_depot[cls].give(cls, buf, static_cast<size_t>(n));
+    if (n >= 0 && percpu_push_batch(c, cls, one, 1) == 1) return;
+  }
+  g_depot[cls].give(cls, one, 1);
+}
+
+namespace {
+
+// Empties CPU c's sheaves into the slabs (its lock held). See percpu.h for why the
+// swap-to-0, fence, re-check loop leaves no section able to commit on c.
+void drain_cpu(uint32_t c, CpuMeta& m) {
+  uint32_t* h = headers(c);
+  uint32_t cur[kNumClasses];
+  for (unsigned cls = 1; cls < kNumClasses; cls++)
+    cur[cls] = __atomic_exchange_n(&h[cls], 0u, __ATOMIC_SEQ_CST) & 0xffff;
+  for (;;) {
+    // Should the fence fail, the headers stay 0: c's cached objects are abandoned
+    // rather than risked.
+    if (!rseq_fence_cpu(c)) return;
+    bool again = false;
+    for (unsigned cls = 1; cls < kNumClasses; cls++)
+      if (__atomic_load_n(&h[cls], __ATOMIC_SEQ_CST) != 0) {
+        // A section committed after the swap (a 16-bit store of current).
+        cur[cls] = __atomic_exchange_n(&h[cls], 0u, __ATOMIC_SEQ_CST) & 0xffff;
+        again = true;
+      }
+    if (!again) break;
+  }
+  void** slots = reinterpret_cast<void**>(g_cpu_region + (size_t{c} << kCpuRegionShift));
+  for (unsigned cls = 1; cls < kNumClasses; cls++)
+    for (uint32_t i = begin_of(cls); i < cur[cls]; i += kMaxBatch) {
+      // Objects are the slots (begin, current].
+      uint32_t k = cur[cls] - i < kMaxBatch ? cur[cls] - i : static_cast<uint32_t>(kMaxBatch);
+      g_central[cls].free_batch(cls, slots + i + 1, k);
+    }
+  m.capacity_bytes = 0;
+  m.missed = 0;
+  m.drains++;
+}
+
+}  // namespace
+
+void percpu_drain_all() {
+  if (g_percpu && rseq_fence_available())
+    for (uint32_t c = 0; c < g_cpu_count; c++) {
+      CpuMeta& m = meta_[c];
+      LockGuard g(m.lock);
+      if (m.ready) drain_cpu(c, m);
+    }
+  for (unsigned cls = 1; cls < kNumClasses; cls++) g_depot[cls].flush(cls);
+}
+
+void percpu_class_stats(PerCpuClassStats out[kNumClasses]) {
+  memset(out, 0, sizeof(PerCpuClassStats) * kNumClasses);
+  if (!g_percpu) return;
+  for (uint32_t c = 0; c < g_cpu_count; c++) {
+    if (!__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) continue;
+    for (unsigned cls = 1; cls < kNumClasses; cls++) {
+      out[cls].cpu_objects += cached_of(c, cls);
+      out[cls].cpu_capacity += capacity_of(c, cls);
+    }
+  }
+}
+
+PerCpuStats percpu_stats() {
+  PerCpuStats s{};
+  if (!g_percpu) return s;
+  s.cpus_possible = g_cpu_count;
+  s.budget = budget_;
+  for (uint32_t c = 0; c < g_cpu_count; c++) {
+    CpuMeta& m = meta_[c];
+    LockGuard g(m.lock);
+    if (!m.ready) continue;
+    s.cpus_used++;
+    s.grows += m.grows;
+    s.steals += m.steals;
+    s.drains += m.drains;
+  }
+  return s;
+}
+
+void percpu_fork_prepare() {
+  for (uint32_t c = 0; c < g_cpu_count; c++) {
+    CpuMeta& m = meta_[c];
+    m.fork_taken = !m.lock.held_by_me();
+    if (m.fork_taken) m.lock.lock();
+  }
+}
+
+void percpu_fork_parent() {
+  for (uint32_t c = 0; c < g_cpu_count; c++)
+    if (meta_[c].fork_taken) meta_[c].lock.unlock();
+}
+
+void percpu_fork_child() {
+  for (uint32_t c = 0; c < g_cpu_count; c++) meta_[c].lock.reset_after_fork();
+}
+
+}  // namespace uslab

@@ -1,0 +1,359 @@
+// core/alloc/percpu.h — per-CPU sheaves over restartable sequences.
+//
+// Owns: one region per possible CPU (256 KiB of address space each, reserved at
+// start and touched lazily). Slot 0 of a region is never written (reads 0); then
+// come, per size class, a 32-bit header {current, end} (slot indexes in the region)
+// and the class's slots. `begin`, a per-class constant, indexes a guard slot that is
+// never written either; the cached objects are the slots (begin, current], so the
+// top object is slots[current], and `end` bounds current (capacity end - begin).
+// An empty sheaf's top reads 0 (its guard), and so does a header never used or
+// drained (0, so current 0 reads slot 0): pop tests the top for 0 and needs no
+// bounds check of its own.
+//
+// Lock-free fast path: malloc pops and free pushes inside an rseq critical section
+// that ends in one committing 16-bit store of `current`. The kernel restarts the
+// section if the thread is preempted, migrated or signalled before the commit (the
+// userspace form of SLUB's tid check), so there is no atomic instruction and no
+// lock, and an interrupted section has no effect (which also makes fork safe).
+//
+// Slow paths run the batch sections below, which move up to a whole sheaf in one
+// section and are tied to an expected CPU (they fail if the thread is elsewhere).
+// A CPU's capacity (the `end` fields) and its byte budget change only under that
+// CPU's Mutex (CpuMeta::lock) and only through sections that run on that CPU.
+//
+// A header of 0 ({current 0, end 0}) makes every operation miss: that is the state
+// of a CPU never used (the region is fresh zero pages) and of a CPU being drained.
+// Draining a CPU from another one (trim) swaps each header for 0 with a
+// compare-and-swap, then fences the CPU with membarrier(PRIVATE_EXPEDITED_RSEQ),
+// which aborts every section in flight there; a section that committed between the
+// swap and the fence shows as a non-zero header, and the swap is redone. Once all
+// headers stay 0 across a fence, no section on that CPU can commit until they are
+// restored. Order of locks: CPU lock → depot → central.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/depot.h"
+
+namespace uslab {
+
+constexpr size_t kCpuRegionShift = 18;
+constexpr size_t kCpuRegionSlots = (size_t{1} << kCpuRegionShift) / sizeof(void*);
+constexpr size_t kMaxCpus = 4096;  // CPU ids at or above use the per-thread caches
+
+// Most objects a CPU may cache of one class (the reserved slots): 256 KiB worth,
+// 16 … 1024 objects.
+constexpr uint32_t sheaf_max_capacity(unsigned cls) {
+  size_t n = 262144 / kClassInfo[cls].size;
+  return static_cast<uint32_t>(n < 16 ? 16 : n > 1024 ? 1024 : n);
+}
+
+// Byte offset of the headers in a region (after the zero slot 0).
+constexpr size_t kHeaderOffset = sizeof(void*);
+
+struct SheafLayout {
+  uint16_t begin[kNumClasses];  // the guard slot of each class
+  size_t slots;
+};
+
+constexpr SheafLayout make_sheaf_layout() {
+  SheafLayout l{};
+  size_t next = (kHeaderOffset + kNumClasses * sizeof(uint32_t) + sizeof(void*) - 1) /
+                sizeof(void*);
+  for (unsigned c = 1; c < kNumClasses; c++) {
+    l.begin[c] = static_cast<uint16_t>(next);
+    next += 1 + sheaf_max_capacity(c);
+  }
+  l.slots = next;
+  return l;
+}
+
+inline constexpr SheafLayout kSheafLayout = make_sheaf_layout();
+static_assert(kSheafLayout.slots <= kCpuRegionSlots, "per-CPU region too small");
+static_assert(kSheafLayout.slots < 65536, "slot offsets are 16-bit");
+static_assert(kRseqSig == 0x53053053, "the signature below is spelled out in asm");
+
+// The regions of CPUs 0 … g_cpu_count-1, each 1 << kCpuRegionShift bytes; set once
+// when the per-CPU mode is chosen (before g_percpu) and never changed.
+extern char* g_cpu_region;
+extern uint32_t g_cpu_count;
+// True once the per-CPU mode is on (decided at the first slow path; never reset).
+extern bool g_percpu;
+
+// Slow paths of the fast operations below, and their retry after an abort (out of
+// line, so that the fast paths need no loop and no callee-saved registers).
+void* percpu_alloc_slow(unsigned cls);
+void percpu_free_slow(void* p, unsigned cls);
+void* percpu_alloc_retry(unsigned cls);
+void percpu_free_retry(void* p, unsigned cls);
+
+// Decides the front end once (per-CPU when rseq works and the configuration allows);
+// returns g_percpu.
+bool percpu_decide();
+bool percpu_decided();
+
+// Drains every CPU's sheaves and the depots back to the slabs (malloc_trim).
+void percpu_drain_all();
+
+struct PerCpuClassStats {
+  size_t cpu_objects;   // cached in CPU sheaves (racy sum)
+  size_t cpu_capacity;  // sum of capacities
+};
+void percpu_class_stats(PerCpuClassStats out[kNumClasses]);
+struct PerCpuStats {
+  uint32_t cpus_possible;
+  uint32_t cpus_used;
+  size_t budget;       // bytes of capacity allowed per CPU
+  uint64_t grows, steals, drains;
+};
+PerCpuStats percpu_stats();
+
+// fork: the CPU locks, taken before the depots' in prepare.
+void percpu_fork_prepare();
+void percpu_fork_parent();
+void percpu_fork_child();
+
+// --- restartable sections (x86-64) ---------------------------------------------
+//
+// OPEN publishes this section's descriptor in rseq_cs and marks its start (1:);
+// CLOSE marks the end after the commit (2:) and places the abort handler, preceded
+// by the signature, out of line. The kernel clears rseq_cs when it aborts, so the
+// handler jumps to a C label that re-runs the whole asm statement. In every section
+// rdx holds the CPU's region, so a header is 8(%rdx, cls, 4) and slot i (%rdx, i, 8).
+#define USLAB_RSEQ_OPEN                 \
+  ".pushsection __rseq_cs, \"aw\"\n\t"  \
+  ".balign 32\n\t"                      \
+  "3:\n\t"                              \
+  ".long 0, 0\n\t"                      \
+  ".quad 1f, 2f - 1f, 4f\n\t"           \
+  ".popsection\n\t"                     \
+  "leaq 3b(%%rip), %%rax\n\t"           \
+  "movq %%rax, %%fs:8(%[rs])\n\t"       \
+  "1:\n\t"
+
+#define USLAB_RSEQ_CLOSE                       \
+  "2:\n\t"                                     \
+  ".pushsection __rseq_failure, \"ax\"\n\t"    \
+  ".byte 0x0f, 0xb9, 0x3d\n\t"                 \
+  ".long 0x53053053\n\t"                       \
+  "4:\n\t"                                     \
+  "jmp %l[abort]\n\t"                          \
+  ".popsection\n\t"
+
+// The region of the current CPU into rdx, or a jump to `miss` when the CPU id is
+// not below g_cpu_count (no rseq for this thread, or a CPU beyond the regions).
+#define USLAB_RSEQ_ANY_CPU              \
+  "movl %%fs:4(%[rs]), %%edx\n\t"       \
+  "cmpl %[ncpu], %%edx\n\t"             \
+  "jae %l[miss]\n\t"                    \
+  "shlq $18, %%rdx\n\t"                 \
+  "addq %[region], %%rdx\n\t"
+
+// The region of the expected CPU into rdx, or a jump to `wrong`.
+#define USLAB_RSEQ_ON_CPU               \
+  "movl %%fs:4(%[rs]), %%edx\n\t"       \
+  "cmpl %[cpu], %%edx\n\t"              \
+  "jne %l[wrong]\n\t"                   \
+  "shlq $18, %%rdx\n\t"                 \
+  "addq %[region], %%rdx\n\t"
+
+static_assert(kCpuRegionShift == 18 && kHeaderOffset == 8, "spelled out in the asm");
+
+// Pop one object of class cls from the current CPU's sheaf.
+inline void* percpu_alloc(unsigned cls) {
+  void* obj;
+  __asm__ goto(USLAB_RSEQ_OPEN
+               USLAB_RSEQ_ANY_CPU
+               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "movq (%%rdx, %%rcx, 8), %[obj]\n\t"
+               "testq %[obj], %[obj]\n\t"
+               "jz %l[miss]\n\t"
+               "decl %%ecx\n\t"
+               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+               USLAB_RSEQ_CLOSE
+               : [obj] "=&r"(obj)
+               : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count), [region] "r"(g_cpu_region),
+                 [cls] "r"(uint64_t{cls})
+               : "rax", "rcx", "rdx", "memory", "cc"
+               : abort, miss);
+  if (obj == nullptr) __builtin_unreachable();  // tested above
+  return obj;
+abort:
+  return percpu_alloc_retry(cls);
+miss:
+  return percpu_alloc_slow(cls);
+}
+
+// Push p (a validated object of class cls) onto the current CPU's sheaf. Misses
+// when the sheaf is full or p is already its top object (a double free).
+inline void percpu_free(void* p, unsigned cls) {
+  __asm__ goto(USLAB_RSEQ_OPEN
+               USLAB_RSEQ_ANY_CPU
+               "movl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "movl %%ecx, %%eax\n\t"
+               "shrl $16, %%eax\n\t"
+               "movzwl %%cx, %%ecx\n\t"
+               "cmpl %%eax, %%ecx\n\t"
+               "jae %l[miss]\n\t"
+               "cmpq %[p], (%%rdx, %%rcx, 8)\n\t"
+               "je %l[miss]\n\t"
+               "movq %[p], 8(%%rdx, %%rcx, 8)\n\t"
+               "incl %%ecx\n\t"
+               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+               USLAB_RSEQ_CLOSE
+               :
+               : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count), [region] "r"(g_cpu_region),
+                 [cls] "r"(uint64_t{cls}), [p] "r"(p)
+               : "rax", "rcx", "rdx", "memory", "cc"
+               : abort, miss);
+  return;
+abort:
+  return percpu_free_retry(p, cls);
+miss:
+  return percpu_free_slow(p, cls);
+}
+
+// The batch sections return the number of objects moved, or -1 when the thread is
+// not running on `cpu`.
+
+// Pops up to n (≥ 1) objects from the top of cpu's sheaf into out[0..k).
+inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
+  long k;
+abort:
+  __asm__ goto(USLAB_RSEQ_OPEN
+               USLAB_RSEQ_ON_CPU
+               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "movq %%rcx, %[k]\n\t"
+               "subq %[begin], %[k]\n\t"
+               "jbe %l[empty]\n\t"
+               "cmpq %[n], %[k]\n\t"
+               "cmovaq %[n], %[k]\n\t"
+               "subq %[k], %%rcx\n\t"
+               "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
+               "xorl %%r8d, %%r8d\n\t"
+               "5:\n\t"
+               "movq (%%r10, %%r8, 8), %%r9\n\t"
+               "movq %%r9, (%[out], %%r8, 8)\n\t"
+               "incq %%r8\n\t"
+               "cmpq %[k], %%r8\n\t"
+               "jb 5b\n\t"
+               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+               USLAB_RSEQ_CLOSE
+               : [k] "=&r"(k)
+               : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                 [cls] "r"(uint64_t{cls}), [begin] "rm"(uint64_t{kSheafLayout.begin[cls]}),
+                 [out] "r"(out), [n] "rm"(uint64_t{n})
+               : "rax", "rcx", "rdx", "r8", "r9", "r10", "memory", "cc"
+               : abort, wrong, empty);
+  return k;
+empty:
+  return 0;
+wrong:
+  return -1;
+}
+
+// Pushes the last k of src[0..n) (n ≥ 1) onto cpu's sheaf, as many as fit.
+inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size_t n) {
+  long k;
+abort:
+  __asm__ goto(USLAB_RSEQ_OPEN
+               USLAB_RSEQ_ON_CPU
+               "movl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "movl %%ecx, %%eax\n\t"
+               "shrl $16, %%eax\n\t"
+               "movzwl %%cx, %%ecx\n\t"
+               "subl %%ecx, %%eax\n\t"
+               "jbe %l[full]\n\t"
+               "movl %%eax, %k[k]\n\t"
+               "cmpq %[n], %[k]\n\t"
+               "cmovaq %[n], %[k]\n\t"
+               "movq %[n], %%r10\n\t"
+               "subq %[k], %%r10\n\t"
+               "leaq (%[src], %%r10, 8), %%r10\n\t"
+               "leaq 8(%%rdx, %%rcx, 8), %%r9\n\t"
+               "xorl %%r8d, %%r8d\n\t"
+               "5:\n\t"
+               "movq (%%r10, %%r8, 8), %%rax\n\t"
+               "movq %%rax, (%%r9, %%r8, 8)\n\t"
+               "incq %%r8\n\t"
+               "cmpq %[k], %%r8\n\t"
+               "jb 5b\n\t"
+               "addl %k[k], %%ecx\n\t"
+               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+               USLAB_RSEQ_CLOSE
+               : [k] "=&r"(k)
+               : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                 [cls] "r"(uint64_t{cls}), [src] "r"(src), [n] "rm"(uint64_t{n})
+               : "rax", "rcx", "rdx", "r8", "r9", "r10", "memory", "cc"
+               : abort, wrong, full);
+  return k;
+full:
+  return 0;
+wrong:
+  return -1;
+}
+
+// Sets cpu's capacity end for cls to new_end (≥ begin); objects above it move to
+// out[0..k) (at most end - new_end of them). A header never used (0) starts empty.
+inline long percpu_resize(uint32_t cpu, unsigned cls, uint32_t new_end, void** out) {
+  long k;
+abort:
+  __asm__ goto(USLAB_RSEQ_OPEN
+               USLAB_RSEQ_ON_CPU
+               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "cmpl %[begin], %%ecx\n\t"
+               "cmovbl %[begin], %%ecx\n\t"
+               "xorl %k[k], %k[k]\n\t"
+               "cmpl %[end], %%ecx\n\t"
+               "jbe 6f\n\t"
+               "movl %%ecx, %k[k]\n\t"
+               "subl %[end], %k[k]\n\t"
+               "movl %[end], %%ecx\n\t"
+               "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
+               "xorl %%r8d, %%r8d\n\t"
+               "5:\n\t"
+               "movq (%%r10, %%r8, 8), %%rax\n\t"
+               "movq %%rax, (%[out], %%r8, 8)\n\t"
+               "incq %%r8\n\t"
+               "cmpq %[k], %%r8\n\t"
+               "jb 5b\n\t"
+               "6:\n\t"
+               "movl %[end], %%eax\n\t"
+               "shll $16, %%eax\n\t"
+               "orl %%ecx, %%eax\n\t"
+               "movl %%eax, 8(%%rdx, %[cls], 4)\n\t"
+               USLAB_RSEQ_CLOSE
+               : [k] "=&r"(k)
+               : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                 [cls] "r"(uint64_t{cls}), [end] "rm"(new_end), [out] "r"(out),
+                 [begin] "rm"(uint32_t{kSheafLayout.begin[cls]})
+               : "rax", "rcx", "rdx", "r8", "r10", "memory", "cc"
+               : abort, wrong);
+  return k;
+wrong:
+  return -1;
+}
+
+// The top object of cpu's sheaf for cls (nullptr when empty) into *top; -1 when the
+// thread is not on cpu. Reads only: nothing to commit.
+inline long percpu_peek(uint32_t cpu, unsigned cls, void** top) {
+  void* t;
+abort:
+  __asm__ goto(USLAB_RSEQ_OPEN
+               USLAB_RSEQ_ON_CPU
+               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "movq (%%rdx, %%rcx, 8), %[t]\n\t"
+               USLAB_RSEQ_CLOSE
+               : [t] "=&r"(t)
+               : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                 [cls] "r"(uint64_t{cls})
+               : "rax", "rcx", "rdx", "memory", "cc"
+               : abort, wrong);
+  *top = t;
+  return 0;
+wrong:
+  return -1;
+}
+
+}  // namespace uslab
