@@ -56,8 +56,7 @@ inline Span* slab_of(const void* p, uintptr_t e) {
   if (__builtin_expect(cls == 0, 0)) return nullptr;
   Span* s = PageMap::span_of(e);
   uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - s->start);
-  uint64_t idx = off * s->div_magic >> kDivShift;
-  if (__builtin_expect(idx * s->obj_size != off || idx >= s->capacity, 0)) return nullptr;
+  if (__builtin_expect(class_index(cls, off) >= kClassInfo[cls].objects, 0)) return nullptr;
   return s;
 }
 

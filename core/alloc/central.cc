@@ -31,7 +31,6 @@ Span* CentralList::new_slab(unsigned cls) {
   if (!s) return nullptr;
   s->size_class = static_cast<uint8_t>(cls);
   s->obj_size = info.size;
-  s->div_magic = info.div_magic;
   s->capacity = info.objects;
   s->free_count = info.objects;
   s->scan_hint = 0;
@@ -107,7 +106,7 @@ void CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
     // Neighbours in a batch usually share a slab: skip the map lookup for them.
     if (!s || static_cast<size_t>(static_cast<char*>(p) - s->start) >= s->bytes())
       s = PageMap::get(p);
-    size_t idx = (size_t)((uint64_t)(static_cast<char*>(p) - s->start) * s->div_magic >> kDivShift);
+    size_t idx = class_index(cls, static_cast<uint64_t>(static_cast<char*>(p) - s->start));
     uint64_t bit = uint64_t{1} << (idx % 64);
     if (s->bitmap[idx / 64] & bit) {
       lock_.unlock();

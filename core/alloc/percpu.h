@@ -76,10 +76,10 @@ static_assert(kRseqSig == 0x53053053, "the signature below is spelled out in asm
 
 // The regions of CPUs 0 … g_cpu_count-1, each 1 << kCpuRegionShift bytes; set once
 // when the per-CPU mode is chosen (before g_percpu) and never changed.
-extern char* g_cpu_region;
-extern uint32_t g_cpu_count;
+extern char* g_cpu_region USLAB_HIDDEN;
+extern uint32_t g_cpu_count USLAB_HIDDEN;
 // True once the per-CPU mode is on (decided at the first slow path; never reset).
-extern bool g_percpu;
+extern bool g_percpu USLAB_HIDDEN;
 
 // Slow paths of the fast operations below, and their retry after an abort (out of
 // line, so that the fast paths need no loop and no callee-saved registers).
@@ -121,6 +121,8 @@ void percpu_fork_child();
 // by the signature, out of line. The kernel clears rseq_cs when it aborts, so the
 // handler jumps to a C label that re-runs the whole asm statement. In every section
 // rdx holds the CPU's region, so a header is 8(%rdx, cls, 4) and slot i (%rdx, i, 8).
+// `current` and `end` are read as separate 16-bit loads: a 32-bit load of the header
+// right after a pop's 16-bit commit would stall on store forwarding.
 #define USLAB_RSEQ_OPEN                 \
   ".pushsection __rseq_cs, \"aw\"\n\t"  \
   ".balign 32\n\t"                      \
@@ -190,11 +192,8 @@ miss:
 inline void percpu_free(void* p, unsigned cls) {
   __asm__ goto(USLAB_RSEQ_OPEN
                USLAB_RSEQ_ANY_CPU
-               "movl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-               "movl %%ecx, %%eax\n\t"
-               "shrl $16, %%eax\n\t"
-               "movzwl %%cx, %%ecx\n\t"
-               "cmpl %%eax, %%ecx\n\t"
+               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "cmpw 10(%%rdx, %[cls], 4), %%cx\n\t"
                "jae %l[miss]\n\t"
                "cmpq %[p], (%%rdx, %%rcx, 8)\n\t"
                "je %l[miss]\n\t"
@@ -259,10 +258,8 @@ inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size
 abort:
   __asm__ goto(USLAB_RSEQ_OPEN
                USLAB_RSEQ_ON_CPU
-               "movl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-               "movl %%ecx, %%eax\n\t"
-               "shrl $16, %%eax\n\t"
-               "movzwl %%cx, %%ecx\n\t"
+               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "movzwl 10(%%rdx, %[cls], 4), %%eax\n\t"
                "subl %%ecx, %%eax\n\t"
                "jbe %l[full]\n\t"
                "movl %%eax, %k[k]\n\t"

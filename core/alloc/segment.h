@@ -37,7 +37,7 @@ enum class SpanKind : uint8_t { kFree = 0, kSlab = 1, kLarge = 2 };
 struct Span {
   // Read on the free fast path (first cache line).
   char* start;          // first byte of the span
-  uint64_t div_magic;   // slabs: offset * div_magic >> kDivShift == object index
+  uint64_t reserved;
   uint32_t obj_size;    // slabs: class size
   uint8_t size_class;   // slabs: class; 0 otherwise
   SpanKind kind;
@@ -108,7 +108,7 @@ class PageMap {
   struct Leaf {
     std::atomic<uintptr_t> e[size_t{1} << kLeafBits];
   };
-  static std::atomic<Leaf*> root_[size_t{1} << kRootBits];
+  static std::atomic<Leaf*> root_[size_t{1} << kRootBits] USLAB_HIDDEN;
   static Mutex lock_;
 };
 

@@ -2,8 +2,8 @@
 // small-object size classes.
 //
 // Owns: the compile-time class table (object size, slab length, objects per slab,
-// division magic, per-thread cache capacity) and the O(1) size → class lookup (two
-// byte tables, no loop). Everything here is constexpr and immutable: no locking.
+// exact-division constants, per-thread cache capacity) and the O(1) size → class
+// lookup (one byte table, no loop). Everything here is constexpr and immutable: no locking.
 //
 // Classes: 8, then 16-byte steps to 128, then four classes per power of two up to
 // 32 KiB, so the rounding waste above 128 bytes stays under 25% (129 → 160 wastes
@@ -25,14 +25,18 @@ constexpr size_t kPagesPerSegment = kSegmentSize / kPageSize;  // 512; page 0 is
 constexpr size_t kMaxSmall = 32768;
 constexpr size_t kMaxSlabObjects = 1024;  // bounds the per-slab free bitmap
 constexpr size_t kMaxSlabPages = 32;
-constexpr unsigned kDivShift = 40;  // offset * magic >> 40 == offset / size, exactly
-
+// Object index from an offset in a slab by exact division (Granlund–Montgomery):
+// size = odd << tz; offset * inverse(odd) mod 2^64, rotated right by tz, is
+// offset / size when size divides offset, and at least 2^(64 - tz) otherwise — more
+// than any slab holds. One compare against the object count thus checks both that
+// a pointer is an object start and that it lies inside the slab.
 struct SizeClassInfo {
   uint32_t size;
   uint16_t slab_pages;
   uint16_t objects;   // per slab
   uint16_t tcache_cap;
-  uint64_t div_magic;
+  uint8_t tz;         // trailing zero bits of size
+  uint64_t inv;       // inverse of size >> tz modulo 2^64
 };
 
 namespace detail {
@@ -49,8 +53,15 @@ constexpr std::array<uint32_t, kNumClassesWithZero> make_sizes() {
   return s;
 }
 
+// Inverse of an odd number modulo 2^64 (Newton's iteration doubles the good bits).
+constexpr uint64_t inverse_odd(uint64_t d) {
+  uint64_t x = d;  // correct to 3 bits
+  for (int i = 0; i < 5; i++) x *= 2 - d * x;
+  return x;
+}
+
 constexpr SizeClassInfo make_info(uint32_t size) {
-  SizeClassInfo c{size, 0, 0, 0, 0};
+  SizeClassInfo c{size, 0, 0, 0, 0, 0};
   if (size == 0) return c;
   // Shortest slab with at least 8 objects and at most 1/16 of it wasted.
   uint16_t best_pages = 0;
@@ -69,7 +80,8 @@ constexpr SizeClassInfo make_info(uint32_t size) {
   if (objs > kMaxSlabObjects) objs = kMaxSlabObjects;
   c.slab_pages = best_pages;
   c.objects = static_cast<uint16_t>(objs);
-  c.div_magic = ((uint64_t{1} << kDivShift) + size - 1) / size;
+  c.tz = static_cast<uint8_t>(__builtin_ctz(size));
+  c.inv = inverse_odd(size >> c.tz);
   size_t cap = 32768 / size;
   c.tcache_cap = static_cast<uint16_t>(cap < 4 ? 4 : cap > 256 ? 256 : cap);
   return c;
@@ -82,9 +94,8 @@ constexpr std::array<SizeClassInfo, kNumClassesWithZero> make_table() {
   return t;
 }
 
-// Lookup tables: sizes ≤ 1024 in 8-byte steps, sizes ≤ 32 KiB in 128-byte steps.
-constexpr size_t kSmallStepShift = 3, kSmallLimit = 1024;
-constexpr size_t kBigStepShift = 7;
+// The lookup table: every size up to 32 KiB in 8-byte steps (4 KiB, one load).
+constexpr size_t kStepShift = 3;
 
 template <size_t N, size_t Shift>
 constexpr std::array<uint8_t, N> make_lookup() {
@@ -103,20 +114,22 @@ constexpr std::array<uint8_t, N> make_lookup() {
 
 constexpr size_t kNumClasses = detail::kNumClassesWithZero;  // valid classes are 1..kNumClasses-1
 inline constexpr auto kClassInfo = detail::make_table();
-inline constexpr auto kClassSmallLookup =
-    detail::make_lookup<(detail::kSmallLimit >> detail::kSmallStepShift) + 1,
-                        detail::kSmallStepShift>();
-inline constexpr auto kClassBigLookup =
-    detail::make_lookup<(kMaxSmall >> detail::kBigStepShift) + 1, detail::kBigStepShift>();
+inline constexpr auto kClassLookup =
+    detail::make_lookup<(kMaxSmall >> detail::kStepShift) + 1, detail::kStepShift>();
 
-// Class for `size` (1 ≤ size ≤ kMaxSmall; size 0 maps to the smallest class).
+// Class for `size` (size ≤ kMaxSmall; size 0 maps to the smallest class).
 inline unsigned size_to_class(size_t size) {
-  if (size <= detail::kSmallLimit)
-    return kClassSmallLookup[(size + 7) >> detail::kSmallStepShift];
-  return kClassBigLookup[(size + 127) >> detail::kBigStepShift];
+  return kClassLookup[(size + 7) >> detail::kStepShift];
 }
 
 inline size_t class_size(unsigned cls) { return kClassInfo[cls].size; }
+
+// off / size of cls when size divides off; otherwise ≥ 2^(64 - tz) (see above).
+inline uint64_t class_index(unsigned cls, uint64_t off) {
+  const SizeClassInfo& c = kClassInfo[cls];
+  uint64_t q = off * c.inv;
+  return (q >> c.tz) | (q << ((64 - c.tz) & 63));
+}
 
 static_assert(kClassInfo[kNumClasses - 1].size == kMaxSmall);
 static_assert(kClassInfo[1].size == 8);

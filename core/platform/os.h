@@ -14,6 +14,11 @@
 #include <cstddef>
 #include <cstdint>
 
+// For globals read on the fast paths: declared hidden, they are loaded straight
+// from their address instead of through the GOT (-fvisibility=hidden covers only
+// definitions).
+#define USLAB_HIDDEN __attribute__((visibility("hidden")))
+
 namespace uslab::os {
 
 // Raw syscall; returns -errno on failure, never touches errno.

@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/platform/os.h"
+
 namespace uslab {
 
 enum class RseqMode : uint8_t { kNone = 0, kGlibc = 1, kOwn = 2 };
@@ -37,7 +39,7 @@ constexpr uint32_t kRseqCpuUninitialized = static_cast<uint32_t>(-1);
 
 // Offset of the calling thread's rseq area from the thread pointer (%fs base).
 // Valid once rseq_mode() != kNone.
-extern ptrdiff_t g_rseq_offset;
+extern ptrdiff_t g_rseq_offset USLAB_HIDDEN;
 
 // Decides the mode once for the process (`wanted` = false forces kNone), and for
 // kOwn registers the calling thread. Thread-safe; later calls return the decision.

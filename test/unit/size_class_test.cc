@@ -43,11 +43,17 @@ TEST_CASE("slab geometry fits the bitmap and the slab") {
   }
 }
 
-TEST_CASE("division magic is exact over every offset of a slab") {
+TEST_CASE("exact division finds object starts and rejects everything else") {
   for (unsigned c = 1; c < kNumClasses; c++) {
     const SizeClassInfo& i = kClassInfo[c];
     uint64_t limit = uint64_t{i.slab_pages} * kPageSize;
-    for (uint64_t off = 0; off <= limit; off++)
-      if ((off * i.div_magic >> kDivShift) != off / i.size) FAIL("class " << c << " off " << off);
+    for (uint64_t off = 0; off <= limit; off++) {
+      uint64_t q = class_index(c, off);
+      bool start = off % i.size == 0 && off / i.size < i.objects;
+      if (start ? q != off / i.size : q < i.objects) FAIL("class " << c << " off " << off);
+    }
+    // Offsets far outside the slab (a pointer below the slab wraps around).
+    for (uint64_t off : {~uint64_t{0}, ~uint64_t{0} - i.size + 1, uint64_t{1} << 47})
+      REQUIRE(class_index(c, off) >= i.objects);
   }
 }
