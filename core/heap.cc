@@ -212,6 +212,7 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     write(opaque, line);
   };
   config_init();
+  percpu_decide();  // a process that never allocated still shows its mode
   CachedCounts cached;
   if (g_percpu) {
     PerCpuStats pc = percpu_stats();
@@ -221,8 +222,8 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     out("sheaf capacity: %zu grows, %zu steals, %zu CPU drains\n", (size_t)pc.grows,
         (size_t)pc.steals, (size_t)pc.drains);
   } else {
-    out("uslab stats (mode: %s; %zu thread caches)\n", rseq_mode_name(RseqMode::kNone),
-        cached.ncaches);
+    out("uslab stats (mode: per-thread caches (%s); %zu thread caches)\n",
+        g_config.percpu ? "rseq unavailable" : "forced by percpu=false", cached.ncaches);
   }
   out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s\n", "class", "size", "slabs",
       "objects", "active", "cpu", "depot", "thread", "free", "depot-hit", "slab-out", "slab-in");

@@ -113,7 +113,7 @@ const char* rseq_mode_name(RseqMode m) {
     case RseqMode::kOwn: return "percpu (rseq, uslab's registration)";
     case RseqMode::kNone: break;
   }
-  return "per-thread caches (no rseq)";
+  return "per-thread caches";
 }
 
 bool rseq_register_thread() {

@@ -2,9 +2,11 @@
 # test/conformance/bad_free.sh LIB BAD_FREE_EXE — invalid and double frees are
 # reported on stderr with the pointer and abort by default; with
 # USLAB_CONF=abort_on_error=false they are reported and the program goes on. A bad
-# USLAB_CONF entry gets a one-line warning and the default.
+# USLAB_CONF entry gets a one-line warning and the default. A USLAB_CONF in the
+# environment (the fast-path mode under test) is kept in front of the keys set here.
 set -u
 lib=$1 exe=$2
+mode=${USLAB_CONF:+$USLAB_CONF,}
 fail=0; total=0
 check() { total=$((total+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAILED: $2"; fi; }
 
@@ -17,14 +19,14 @@ for what in invalid interior double-small double-flushed double-large realloc-in
   check '[[ "$err" == *"uslab:"* ]]' "$what: report must come from uslab"
   check '[[ "$out" != *survived* ]]' "$what: must not continue"
 
-  out=$(LD_PRELOAD=$lib USLAB_CONF=abort_on_error=false "$exe" "$what" 2>/tmp/uslab-bad.$$); rc=$?
+  out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}abort_on_error=false "$exe" "$what" 2>/tmp/uslab-bad.$$); rc=$?
   err=$(cat /tmp/uslab-bad.$$)
   check '[ $rc -eq 0 ]' "$what with abort_on_error=false: must continue (rc=$rc)"
   check '[[ "$out" == *survived* ]]' "$what with abort_on_error=false: must survive"
   check '[[ "$err" == *"uslab:"* ]]' "$what with abort_on_error=false: must still report"
 done
 
-err=$(LD_PRELOAD=$lib USLAB_CONF=decay_ms=soon,bogus=1,tcache=0 "$exe" none 2>&1 >/dev/null)
+err=$(LD_PRELOAD=$lib USLAB_CONF=${mode}decay_ms=soon,bogus=1,tcache=0 "$exe" none 2>&1 >/dev/null)
 check '[ $(echo "$err" | grep -c "uslab: USLAB_CONF: bad value for key .decay_ms.") -eq 1 ]' "bad value warning (got: $err)"
 check '[ $(echo "$err" | grep -c "uslab: USLAB_CONF: unknown key .bogus.") -eq 1 ]' "unknown key warning (got: $err)"
 rm -f /tmp/uslab-bad.$$

@@ -3,11 +3,15 @@
  * a few huge), fill each block with a pattern derived from its address and size,
  * swap blocks through shared transfer slots (so other threads free them), verify
  * every block before freeing it, and are all destroyed and recreated each round.
- * An optional signal storm (setitimer) interrupts them throughout.
+ * Options: "signals" runs a signal storm (setitimer every 200 us) throughout, which
+ * aborts rseq critical sections all the time; "migrate" makes every thread move
+ * itself to a random allowed CPU every 64 operations (sched_setaffinity), so the
+ * per-CPU sheaves see constant migration with more threads than CPUs.
  *
- * usage: threads [THREADS] [ROUNDS] [SCALE] [signals:0|1]
+ * usage: threads [THREADS] [ROUNDS] [SCALE] [signals] [migrate]
  * Prints a report line: operations, threads, bytes moved, failures (must be 0). */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -17,7 +21,10 @@
 
 #define TRANSFERS 1000
 
-static int nthreads = 8, rounds = 10, scale = 50;
+static int nthreads = 8, rounds = 10, scale = 50, migrate;
+static cpu_set_t allowed;
+static int allowed_count;
+static atomic_ulong migrations;
 static _Atomic(uint64_t *) transfer[TRANSFERS];
 static atomic_ulong ops, bytes, failures, signals_seen;
 
@@ -90,12 +97,26 @@ static void block_free(uint64_t *p) {
   free(p);
 }
 
+/* Pin the calling thread to one random CPU of the process's allowed set. */
+static void move_to_random_cpu(uint64_t *r) {
+  int k = (int)(next_rand(r) % (uint64_t)allowed_count);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+    if (CPU_ISSET(cpu, &allowed) && k-- == 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      if (sched_setaffinity(0, sizeof one, &one) == 0) atomic_fetch_add(&migrations, 1);
+      return;
+    }
+}
+
 static void *worker(void *arg) {
   uint64_t r = (uintptr_t)arg * 7919 + 1;
   size_t steps = 100 * (size_t)scale * ((uintptr_t)arg % 8 + 1);
   size_t cap = 1000, n = 0;
   uint64_t **mine = malloc(cap * sizeof *mine);
   for (size_t s = 0; s < steps; s++) {
+    if (migrate && s % 64 == 0) move_to_random_cpu(&r);
     uint64_t x = next_rand(&r) % 100;
     if (x < 50 || n == 0) {
       if (n == cap) {
@@ -131,7 +152,17 @@ int main(int argc, char **argv) {
   if (argc > 1) nthreads = atoi(argv[1]);
   if (argc > 2) rounds = atoi(argv[2]);
   if (argc > 3) scale = atoi(argv[3]);
-  int storm = argc > 4 && atoi(argv[4]);
+  int storm = 0;
+  for (int i = 4; i < argc; i++) {
+    if (!strcmp(argv[i], "signals")) storm = 1;
+    else if (!strcmp(argv[i], "migrate")) migrate = 1;
+    else {
+      fprintf(stderr, "threads: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  allowed_count = CPU_COUNT(&allowed);
   if (storm) {
     struct sigaction sa = {0};
     sa.sa_handler = on_alarm;
@@ -155,10 +186,11 @@ int main(int argc, char **argv) {
     CHECK(atomic_load(&signals_seen) > 0);
   }
   free(ts);
+  if (migrate) CHECK(atomic_load(&migrations) > 0);
   printf("stress: %lu operations, %d threads x %d rounds, %lu bytes moved, %lu signals, "
-         "%lu failures\n",
+         "%lu migrations, %lu failures\n",
          atomic_load(&ops), nthreads, rounds, atomic_load(&bytes), atomic_load(&signals_seen),
-         atomic_load(&failures));
+         atomic_load(&migrations), atomic_load(&failures));
   CHECK(atomic_load(&failures) == 0);
   return check_done("threads");
 }
