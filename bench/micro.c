@@ -3,7 +3,9 @@
  * phase) and of an "alloc/free pair" loop, minimum and median over repeated runs.
  * It calls plain malloc/free, so the allocator is whatever is preloaded.
  *
- * usage: micro [N] [REPS] [SIZE...]     prints one JSON object per (size, test) */
+ * usage: micro [N] [REPS] [SIZE...]     prints one JSON object per (size, test)
+ *        micro pairs N SIZE             N untimed alloc/free pairs, for counting
+ *                                       instructions under callgrind */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,15 @@ static void report(const char *test, size_t size, double *v, int reps, double pe
 }
 
 int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "pairs")) {
+    size_t n = strtoul(argv[2], NULL, 10), size = strtoul(argv[3], NULL, 10);
+    for (size_t i = 0; i < n; i++) {
+      void *p = malloc(size);
+      __asm__ volatile("" : : "r"(p) : "memory");
+      free(p);
+    }
+    return 0;
+  }
   size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : 10000;
   int reps = argc > 2 ? atoi(argv[2]) : 31;
   size_t default_sizes[] = {8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};

@@ -2,19 +2,29 @@
 """bench/run.py — runs uslab's benchmark programs under each allocator and prints
 Markdown tables (uslab bench). Allocators: uslab, jemalloc, glibc, plus mimalloc and
 tcmalloc when their Debian packages are installed. Each allocator runs the same
-program in its own process, in alternating order over --rounds rounds; the table
-shows the median over rounds of each run's median (and the minimum), in TSC cycles
-per operation, with ratios of uslab to each competitor.
+program in its own process, in alternating order over --rounds rounds.
 
-usage: run.py --build DIR [micro] [--rounds N] [--json FILE] [--sizes S,S,...]
+Benchmarks (default: all):
+  micro         seed-style table: TSC cycles per operation by size, median over
+                rounds of each run's median (and the minimum), ratios of uslab
+  threads       cross-thread producer/consumer and larson-style workloads:
+                operations per second and peak RSS by thread count
+  falseshare    private small objects written in a loop by every thread: seconds
+  mem           1000 live threads, each with a burst of 1000 small objects: peak RSS
+  instructions  instructions per malloc+free pair (valgrind callgrind, which has no
+                rseq: the per-thread fallback for uslab)
+
+usage: run.py --build DIR [NAME...] [--rounds N] [--json FILE] [--sizes S,S,...]
 """
 import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 MULTIARCH = "x86_64-linux-gnu"
 PEERS = {
@@ -25,13 +35,13 @@ PEERS = {
 }
 
 
-def run_micro(exe, lib, n, reps, sizes):
+def run_json(cmd, lib):
+    """Runs cmd with lib preloaded ("" = glibc); returns its JSON output lines."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if lib:
         env["LD_PRELOAD"] = lib
-    out = subprocess.run([exe, str(n), str(reps)] + [str(s) for s in sizes], env=env,
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
@@ -48,49 +58,37 @@ def machine():
     return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("names", nargs="*", default=["micro"])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--n", type=int, default=10000)
-    ap.add_argument("--reps", type=int, default=21)
-    ap.add_argument("--sizes", default="8,16,32,64,128,256,512,1024,2048,4096,8192,16384")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    for name in args.names:
-        if name != "micro":
-            sys.exit(f"uslab bench: unknown benchmark '{name}' (available: micro)")
+def alternate(allocs, rounds, fn):
+    """Calls fn(alloc, lib) for every allocator, rounds times, alternating the order."""
+    order = list(allocs)
+    for r in range(rounds):
+        for a in (order if r % 2 == 0 else order[::-1]):
+            print(f"  round {r + 1}/{rounds}: {a}", file=sys.stderr)
+            fn(a, allocs[a])
 
-    allocs = {"uslab": os.path.join(args.build, "libuslab.so")}
-    for name, lib in PEERS.items():
-        if not lib or os.path.exists(lib):
-            allocs[name] = lib
+
+def bench_micro(args, allocs, out):
     exe = os.path.join(args.build, "bench", "micro")
     sizes = [int(s) for s in args.sizes.split(",")]
+    results = {a: {} for a in allocs}  # [alloc][(test, size)] = [(min, median, ns)]
 
-    # results[alloc][(test, size)] = list of per-run (min, median)
-    results = {a: {} for a in allocs}
-    order = list(allocs)
-    for r in range(args.rounds):
-        for a in (order if r % 2 == 0 else order[::-1]):
-            print(f"  round {r + 1}/{args.rounds}: {a}", file=sys.stderr)
-            for row in run_micro(exe, allocs[a], args.n, args.reps, sizes):
-                results[a].setdefault((row["test"], row["size"]), []).append(
-                    (row["cycles_min"], row["cycles_median"], row["ns_median"]))
+    def one(a, lib):
+        cmd = [exe, str(args.n), str(args.reps)] + [str(s) for s in sizes]
+        for row in run_json(cmd, lib):
+            results[a].setdefault((row["test"], row["size"]), []).append(
+                (row["cycles_min"], row["cycles_median"], row["ns_median"]))
 
+    alternate(allocs, args.rounds, one)
     peers = [a for a in allocs if a != "uslab"]
-    print(f"Machine: {machine()}")
     print(f"Command: tools/uslab bench micro --rounds {args.rounds} (N = {args.n}, "
           f"{args.reps} repetitions per run)\n")
     for test in ("N x alloc", "N x free", "alloc/free pair"):
         print(f"### {test} — cycles per operation, median (min)\n")
-        head = "| size | " + " | ".join(allocs) + " | " + " | ".join(f"uslab/{p}" for p in peers) + " |"
-        print(head)
+        print("| size | " + " | ".join(allocs) + " | " +
+              " | ".join(f"uslab/{p}" for p in peers) + " |")
         print("|" + "---|" * (1 + len(allocs) + len(peers)))
         for size in sizes:
-            med = {}
-            cells = []
+            med, cells = {}, []
             for a in allocs:
                 runs = results[a][(test, size)]
                 med[a] = statistics.median(m for _, m, _ in runs)
@@ -98,10 +96,122 @@ def main():
             ratios = [f"{med['uslab'] / med[p]:.2f}" for p in peers]
             print(f"| {size} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
         print()
+    out["micro"] = {a: {f"{t}/{s}": v for (t, s), v in res.items()} for a, res in results.items()}
+
+
+def bench_workloads(args, allocs, out, name, cases):
+    """cases: list of (label, argv for bench/threads); prints ops/s, seconds, peak RSS."""
+    exe = os.path.join(args.build, "bench", "threads")
+    results = {a: {} for a in allocs}
+
+    def one(a, lib):
+        for label, argv in cases:
+            results[a].setdefault(label, []).extend(run_json([exe] + argv, lib))
+
+    alternate(allocs, args.rounds, one)
+    print(f"Command: tools/uslab bench {name} --rounds {args.rounds}\n")
+    print("| workload | " + " | ".join(allocs) + " | uslab/jemalloc |")
+    print("|" + "---|" * (2 + len(allocs)))
+    for label, argv in cases:
+        med = {}
+        for a in allocs:
+            runs = results[a][label]
+            med[a] = {k: statistics.median(r[k] for r in runs)
+                      for k in ("ops_per_sec", "seconds", "peak_rss_kib")}
+        if name == "threads":
+            cells = [f"{med[a]['ops_per_sec'] / 1e6:.1f} M/s, {med[a]['peak_rss_kib'] / 1024:.1f} MiB"
+                     for a in allocs]
+            ratio = (f"{med['uslab']['ops_per_sec'] / med['jemalloc']['ops_per_sec']:.2f}× ops, "
+                     f"{med['uslab']['peak_rss_kib'] / med['jemalloc']['peak_rss_kib']:.2f}× RSS")
+        elif name == "falseshare":
+            cells = [f"{med[a]['seconds']:.3f} s" for a in allocs]
+            ratio = f"{med['uslab']['seconds'] / med['jemalloc']['seconds']:.2f}× time"
+        else:
+            cells = [f"{med[a]['peak_rss_kib'] / 1024:.1f} MiB" for a in allocs]
+            ratio = f"{med['uslab']['peak_rss_kib'] / med['jemalloc']['peak_rss_kib']:.2f}× RSS"
+        print(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
+    print()
+    out[name] = results
+
+
+def bench_instructions(args, allocs, out):
+    if not shutil.which("valgrind"):
+        print("valgrind is not installed: instruction counts skipped\n")
+        return
+    exe = os.path.join(args.build, "bench", "micro")
+    pairs = 1000000
+    print(f"Command: tools/uslab bench instructions ({pairs} pairs of malloc(64)/free under "
+          "valgrind --tool=callgrind, counting inside malloc and free)\n")
+    print("| allocator | instructions per pair |")
+    print("|---|---|")
+    out["instructions"] = {}
+    for a, lib in allocs.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            cg = os.path.join(tmp, "cg.out")
+            env = dict(os.environ)
+            env.pop("LD_PRELOAD", None)
+            if lib:
+                env["LD_PRELOAD"] = lib
+            subprocess.run(["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={cg}",
+                            "--toggle-collect=malloc", "--toggle-collect=free",
+                            "--toggle-collect=__libc_malloc", "--toggle-collect=__libc_free",
+                            exe, "pairs", str(pairs), "64"],
+                           env=env, check=True, capture_output=True)
+            with open(cg) as f:
+                total = next(int(l.split()[1]) for l in f if l.startswith("totals:"))
+        out["instructions"][a] = total / pairs
+        note = " (per-thread fallback: no rseq under valgrind)" if a == "uslab" else ""
+        print(f"| {a} | {total / pairs:.1f}{note} |")
+    print()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=10000)
+    ap.add_argument("--reps", type=int, default=21)
+    ap.add_argument("--sizes", default="8,16,32,64,128,256,512,1024,2048,4096,8192,16384")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    known = ["micro", "threads", "falseshare", "mem", "instructions"]
+    names = args.names or known
+    for name in names:
+        if name not in known:
+            sys.exit(f"uslab bench: unknown benchmark '{name}' (available: {', '.join(known)})")
+
+    allocs = {"uslab": os.path.join(args.build, "libuslab.so")}
+    for name, lib in PEERS.items():
+        if not lib or os.path.exists(lib):
+            allocs[name] = lib
+    cpus = os.cpu_count() or 1
+    counts = sorted({2, 4, 8, 16, 2 * cpus} & set(range(2, 2 * cpus + 1)))
+    out = {"machine": machine()}
+    print(f"Machine: {machine()}\n")
+    for name in names:
+        print(f"## {name}\n")
+        if name == "micro":
+            bench_micro(args, allocs, out)
+        elif name == "threads":
+            cases = []
+            for t in counts:
+                cases.append((f"xthread {t} threads", ["xthread", str(t), "1"]))
+                cases.append((f"larson {t} threads", ["larson", str(t), "1"]))
+            bench_workloads(args, allocs, out, name, cases)
+        elif name == "falseshare":
+            cases = [(f"falseshare {t} threads", ["falseshare", str(t), "2000000"])
+                     for t in counts if t <= cpus] or [("falseshare 2 threads",
+                                                        ["falseshare", "2", "2000000"])]
+            bench_workloads(args, allocs, out, name, cases)
+        elif name == "mem":
+            bench_workloads(args, allocs, out, name,
+                            [("1000 threads x 1000 objects", ["mem", "1000", "1000"])])
+        else:
+            bench_instructions(args, allocs, out)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({a: {f"{t}/{s}": v for (t, s), v in res.items()} for a, res in results.items()},
-                      f, indent=1)
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":
