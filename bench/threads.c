@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
+#include <sched.h>
 #include <time.h>
 
 static double now(void) {
@@ -41,10 +41,16 @@ static uint64_t next_rand(uint64_t *s) { /* xorshift64* */
   return x * 0x2545f4914f6cdd1dull;
 }
 
+/* VmHWM, the peak RSS of this process's memory (ru_maxrss would carry the parent's
+ * peak across fork and exec). */
 static long peak_rss_kib(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss;
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib;
 }
 
 static atomic_int stop;
@@ -66,7 +72,10 @@ static void *producer(void *arg) {
   unsigned long ops = 0;
   while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
     size_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-    if (h - atomic_load_explicit(&r->tail, memory_order_acquire) == RING) continue;
+    if (h - atomic_load_explicit(&r->tail, memory_order_acquire) == RING) {
+      sched_yield(); /* more threads than CPUs: let the consumer run */
+      continue;
+    }
     char *p = malloc(16 + next_rand(&s) % 497);
     p[0] = 1;
     r->slot[h % RING] = p;
@@ -84,6 +93,7 @@ static void *consumer(void *arg) {
     size_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
     if (t == atomic_load_explicit(&r->head, memory_order_acquire)) {
       if (atomic_load(&stop) && t == atomic_load(&r->head)) break;
+      sched_yield();
       continue;
     }
     free(r->slot[t % RING]);
