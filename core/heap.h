@@ -55,8 +55,7 @@ inline Span* slab_of(const void* p, uintptr_t e) {
   unsigned cls = e & PageMap::kClassMask;
   if (__builtin_expect(cls == 0, 0)) return nullptr;
   Span* s = PageMap::span_of(e);
-  uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - s->start);
-  if (__builtin_expect(class_index(cls, off) >= kClassInfo[cls].objects, 0)) return nullptr;
+  if (__builtin_expect(s->object_index(p) >= s->capacity, 0)) return nullptr;
   return s;
 }
 

@@ -32,6 +32,8 @@ Span* CentralList::new_slab(unsigned cls) {
   s->size_class = static_cast<uint8_t>(cls);
   s->obj_size = info.size;
   s->capacity = info.objects;
+  s->div_inv = info.inv;
+  s->div_tz = info.tz;
   s->free_count = info.objects;
   s->scan_hint = 0;
   s->on_partial = 0;
@@ -106,7 +108,7 @@ void CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
     // Neighbours in a batch usually share a slab: skip the map lookup for them.
     if (!s || static_cast<size_t>(static_cast<char*>(p) - s->start) >= s->bytes())
       s = PageMap::get(p);
-    size_t idx = class_index(cls, static_cast<uint64_t>(static_cast<char*>(p) - s->start));
+    size_t idx = s->object_index(p);
     uint64_t bit = uint64_t{1} << (idx % 64);
     if (s->bitmap[idx / 64] & bit) {
       lock_.unlock();

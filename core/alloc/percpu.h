@@ -114,6 +114,8 @@ void percpu_fork_prepare();
 void percpu_fork_parent();
 void percpu_fork_child();
 
+#if defined(__x86_64__)
+
 // --- restartable sections (x86-64) ---------------------------------------------
 //
 // OPEN publishes this section's descriptor in rseq_cs and marks its start (1:);
@@ -352,5 +354,16 @@ abort:
 wrong:
   return -1;
 }
+
+#else  // !__x86_64__: no per-CPU mode (rseq_init_process says kNone); never called.
+
+inline void* percpu_alloc(unsigned cls) { return percpu_alloc_slow(cls); }
+inline void percpu_free(void* p, unsigned cls) { percpu_free_slow(p, cls); }
+inline long percpu_pop_batch(uint32_t, unsigned, void**, size_t) { return -1; }
+inline long percpu_push_batch(uint32_t, unsigned, void* const*, size_t) { return -1; }
+inline long percpu_resize(uint32_t, unsigned, uint32_t, void**) { return -1; }
+inline long percpu_peek(uint32_t, unsigned, void**) { return -1; }
+
+#endif
 
 }  // namespace uslab

@@ -37,7 +37,7 @@ enum class SpanKind : uint8_t { kFree = 0, kSlab = 1, kLarge = 2 };
 struct Span {
   // Read on the free fast path (first cache line).
   char* start;          // first byte of the span
-  uint64_t reserved;
+  uint64_t div_inv;     // slabs: the class's exact-division inverse (size_class.h)
   uint32_t obj_size;    // slabs: class size
   uint8_t size_class;   // slabs: class; 0 otherwise
   SpanKind kind;
@@ -52,10 +52,16 @@ struct Span {
   uint16_t capacity;
   uint16_t free_count;
   uint16_t scan_hint;
+  uint8_t div_tz;       // slabs: trailing zeros of the class size
   uint64_t freed_at_ms;  // free spans: when they last became free (decay clock)
   uint64_t bitmap[kMaxSlabObjects / 64];
 
   size_t bytes() const { return size_t{npages} << kPageShift; }
+  // Slabs: the index of the object at p, or a value ≥ capacity when p is not the
+  // start of one of its objects.
+  uint64_t object_index(const void* p) const {
+    return exact_index(static_cast<uint64_t>(static_cast<const char*>(p) - start), div_inv, div_tz);
+  }
 };
 
 enum class SegmentKind : uint32_t { kNormal = 1, kHuge = 2 };
@@ -80,8 +86,9 @@ class PageMap {
   // The entry of p's page: Span* | class, or 0 when uslab knows no span there.
   static uintptr_t entry(const void* p) {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    uintptr_t root = a >> (kPageShift + kLeafBits);
-    if (__builtin_expect(root >= (uintptr_t{1} << kRootBits), 0)) return 0;
+    // Masked, not range-checked: a pointer above the mapped range lands on some
+    // entry, and the checks on the span (object start, span start) reject it.
+    uintptr_t root = (a >> (kPageShift + kLeafBits)) & ((uintptr_t{1} << kRootBits) - 1);
     Leaf* leaf = root_[root].load(std::memory_order_acquire);
     if (__builtin_expect(leaf == nullptr, 0)) return 0;
     return leaf->e[(a >> kPageShift) & ((uintptr_t{1} << kLeafBits) - 1)].load(

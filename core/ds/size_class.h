@@ -124,11 +124,15 @@ inline unsigned size_to_class(size_t size) {
 
 inline size_t class_size(unsigned cls) { return kClassInfo[cls].size; }
 
-// off / size of cls when size divides off; otherwise ≥ 2^(64 - tz) (see above).
+// off / size when size = odd << tz divides off and inv is odd's inverse; otherwise
+// ≥ 2^(64 - tz) (see above).
+inline uint64_t exact_index(uint64_t off, uint64_t inv, unsigned tz) {
+  uint64_t q = off * inv;
+  return (q >> tz) | (q << ((64 - tz) & 63));
+}
+
 inline uint64_t class_index(unsigned cls, uint64_t off) {
-  const SizeClassInfo& c = kClassInfo[cls];
-  uint64_t q = off * c.inv;
-  return (q >> c.tz) | (q << ((64 - c.tz) & 63));
+  return exact_index(off, kClassInfo[cls].inv, kClassInfo[cls].tz);
 }
 
 static_assert(kClassInfo[kNumClasses - 1].size == kMaxSmall);

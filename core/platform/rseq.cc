@@ -45,11 +45,7 @@ constinit std::atomic<int> mode_{-1};  // -1 until decided
 bool fence_ok_ = false;
 pthread_key_t exit_key_;
 
-char* thread_pointer() {
-  char* tp;
-  __asm__("movq %%fs:0, %0" : "=r"(tp));
-  return tp;
-}
+char* thread_pointer() { return static_cast<char*>(__builtin_thread_pointer()); }
 
 void on_thread_exit(void*) { rseq_unregister_thread(); }
 
@@ -67,6 +63,9 @@ void enable_fences() {
 }
 
 RseqMode decide(bool wanted) {
+#if !defined(__x86_64__)
+  wanted = false;  // the per-CPU sections are written for x86-64 only
+#endif
   if (!wanted) return RseqMode::kNone;
   if (&__rseq_size != nullptr && &__rseq_offset != nullptr && __rseq_size != 0) {
     g_rseq_offset = __rseq_offset;

@@ -58,11 +58,15 @@ void rseq_unregister_thread();
 // The CPU the calling thread is running on according to its rseq area
 // (kRseqCpuUninitialized when it has none). A hint: the thread may move right after.
 inline uint32_t rseq_cpu_id() {
+#if defined(__x86_64__)
   uint32_t cpu;
   __asm__ volatile("movl %%fs:%c1(%2), %0"
                    : "=r"(cpu)
                    : "i"(kRseqCpuIdOffset), "r"(g_rseq_offset));
   return cpu;
+#else
+  return kRseqCpuUninitialized;  // the per-CPU sections exist for x86-64 only
+#endif
 }
 
 // Aborts (restarts) every rseq critical section running on `cpu` and returns when
