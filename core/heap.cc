@@ -4,6 +4,7 @@
 #include "core/heap.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace uslab::heap {
@@ -67,9 +68,11 @@ void free_slow(void* p, uintptr_t e) {
   config_init();
   unsigned cls = e & PageMap::kClassMask;
   if (cls) {
-    // The fast path takes every valid slab object.
-    report_bad_free(p, "free of invalid pointer", cls);
-    return;
+    // The fast path takes every valid object of a size class; cache objects come here.
+    ObjCache* c = obj_cache_of(cls);
+    if (!c || !slab_of(p, e)) return report_bad_free(p, "free of invalid pointer", cls);
+    obj_cache_on_free(c, p);
+    return free_object(p, cls);
   }
   if (Span* s = large_of(p, e)) {
     if (is_huge(s))
@@ -152,11 +155,125 @@ void* realloc(void* p, size_t size) {
   return q;
 }
 
+size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
+  size_t got = n && g_percpu ? percpu_take(cls, out, n) : 0;
+  while (got < n) {
+    size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
+    size_t k = g_depot[cls].take(cls, out + got, want);
+    if (k == 0) {
+      free_bulk_class(cls, out, got);
+      os::fail_nomem();
+      return 0;
+    }
+    got += k;
+  }
+  return n;
+}
+
+void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
+  // The CPU sheaf takes the last objects that fit; the rest goes to the depot as
+  // full sheaves, or to the slabs once the depot is at its bound.
+  size_t left = n && g_percpu ? n - percpu_put(cls, ptrs, n) : n;
+  for (size_t i = 0; i < left; i += kMaxBatch)
+    g_depot[cls].give(cls, ptrs + i, left - i < kMaxBatch ? left - i : kMaxBatch);
+}
+
+size_t alloc_bulk(size_t size, size_t n, void** out) {
+  if (n == 0) return 0;
+  if (size <= kMaxSmall) return alloc_bulk_class(size_to_class(size), n, out);
+  for (size_t i = 0; i < n; i++) {
+    out[i] = alloc_large(size, kPageSize, nullptr);
+    if (!out[i]) {
+      for (size_t j = 0; j < i; j++) free(out[j]);
+      return 0;
+    }
+  }
+  return n;
+}
+
+void free_bulk(size_t n, void* const* ptrs) {
+  // Runs of objects of one class (the usual bulk free) go as one batch each.
+  void* run[kMaxBatch];
+  size_t len = 0;
+  unsigned run_cls = 0;
+  for (size_t i = 0; i < n; i++) {
+    void* p = ptrs[i];
+    if (!p) continue;
+    uintptr_t e = PageMap::entry(p);
+    unsigned cls = e & PageMap::kClassMask;
+    ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
+    if (!cls || !slab_of(p, e) || (cls >= kFirstCacheClass && !c)) {
+      free(p);  // large, huge, or invalid (reported there)
+      continue;
+    }
+    if (c) obj_cache_on_free(c, p);
+    if (cls != run_cls || len == kMaxBatch) {
+      if (len) free_bulk_class(run_cls, run, len);
+      run_cls = cls;
+      len = 0;
+    }
+    run[len++] = p;
+  }
+  if (len) free_bulk_class(run_cls, run, len);
+}
+
+ObjCache* cache_create(const char* name, size_t size, size_t align, unsigned flags,
+                       void (*ctor)(void*)) {
+  config_init();
+  int err;
+  ObjCache* c = obj_cache_create(name, size, align, flags, ctor, &err);
+  if (!c) errno = err;
+  return c;
+}
+
+void cache_destroy(ObjCache* c) {
+  if (c) obj_cache_destroy(c);
+}
+
+namespace {
+// p is an object of cache c (reported otherwise).
+bool belongs(const ObjCache* c, const void* p) {
+  uintptr_t e = PageMap::entry(p);
+  if ((e & PageMap::kClassMask) == c->cls && slab_of(p, e)) return true;
+  report_bad_free(p, "uslab_cache_free of an object not from this cache", c->cls);
+  return false;
+}
+}  // namespace
+
+void cache_free(ObjCache* c, void* p) {
+  if (!p || !belongs(c, p)) return;
+  obj_cache_on_free(c, p);
+  free_object(p, c->cls);
+}
+
+size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out) {
+  if (alloc_bulk_class(c->cls, n, out) != n || n == 0) return 0;
+  if (c->flags & (kCacheZero | kCachePoison))
+    for (size_t i = 0; i < n; i++) obj_cache_on_alloc(c, out[i]);
+  return n;
+}
+
+void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
+  void* run[kMaxBatch];
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) {
+    void* p = ptrs[i];
+    if (!p || !belongs(c, p)) continue;
+    obj_cache_on_free(c, p);
+    run[len++] = p;
+    if (len == kMaxBatch) {
+      free_bulk_class(c->cls, run, len);
+      len = 0;
+    }
+  }
+  if (len) free_bulk_class(c->cls, run, len);
+}
+
 size_t trim() {
   config_init();
   thread_cache_flush_mine();
   percpu_drain_all();
-  for (unsigned c = 1; c < kNumClasses; c++) g_central[c].release_spare();
+  for (unsigned c = 1; c < kMaxClasses; c++) g_central[c].release_spare();
   return g_page_heap.purge(true);
 }
 
@@ -164,15 +281,15 @@ namespace {
 
 // Objects of each class held in the caches in front of the slabs (racy sums).
 struct CachedCounts {
-  size_t thread[kNumClasses];
+  size_t thread[kMaxClasses];
   size_t ncaches;
-  PerCpuClassStats cpu[kNumClasses];
-  DepotStats depot[kNumClasses];
+  PerCpuClassStats cpu[kMaxClasses];
+  DepotStats depot[kMaxClasses];
 
   CachedCounts() {
     thread_cache_counts(thread, &ncaches);
     percpu_class_stats(cpu);
-    for (unsigned c = 1; c < kNumClasses; c++) depot[c] = g_depot[c].stats();
+    for (unsigned c = 1; c < kMaxClasses; c++) depot[c] = g_depot[c].stats();
   }
   size_t total(unsigned c) const { return thread[c] + cpu[c].cpu_objects + depot[c].objects; }
 };
@@ -183,15 +300,15 @@ Stats stats() {
   Stats st{};
   CachedCounts cached;
   st.thread_caches = cached.ncaches;
-  for (unsigned c = 1; c < kNumClasses; c++) {
+  for (unsigned c = 1; c < kMaxClasses; c++) {
     CentralStats cs = g_central[c].stats(c);
     size_t live = cs.objects - cs.free_objects;
     live = live > cached.total(c) ? live - cached.total(c) : 0;
-    st.small_slab_bytes += cs.slabs * kClassInfo[c].slab_pages * kPageSize;
-    st.small_allocated += live * kClassInfo[c].size;
-    st.thread_cached += cached.thread[c] * kClassInfo[c].size;
-    st.cpu_cached += cached.cpu[c].cpu_objects * kClassInfo[c].size;
-    st.depot_cached += cached.depot[c].objects * kClassInfo[c].size;
+    st.small_slab_bytes += cs.slabs * class_info(c).slab_pages * kPageSize;
+    st.small_allocated += live * class_size(c);
+    st.thread_cached += cached.thread[c] * class_size(c);
+    st.cpu_cached += cached.cpu[c].cpu_objects * class_size(c);
+    st.depot_cached += cached.depot[c].objects * class_size(c);
   }
   PageHeapStats ph = g_page_heap.stats();
   st.huge_count = g_huge_count.load(std::memory_order_relaxed);
@@ -238,6 +355,18 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
         d.objects, cached.thread[c], cs.free_objects, (size_t)d.hits, (size_t)cs.batches_out,
         (size_t)cs.batches_in);
   }
+  struct CacheLines {
+    decltype(out)& print;
+    const CachedCounts& cached;
+  } lines{out, cached};
+  obj_cache_for_each([](const ObjCache* c, void* arg) {
+    auto& l = *static_cast<CacheLines*>(arg);
+    CentralStats cs = g_central[c->cls].stats(c->cls);
+    size_t used = cs.objects - cs.free_objects;
+    size_t active = used > l.cached.total(c->cls) ? used - l.cached.total(c->cls) : 0;
+    l.print("cache %-24s size %6u align %4u slabs %6zu objects %9zu active %9zu%s\n", c->name,
+            c->size, c->align, cs.slabs, cs.objects, active, c->retired ? " (destroyed)" : "");
+  }, &lines);
   Stats st = stats();
   out("cached: %zu bytes in CPU sheaves, %zu in depots, %zu in thread caches\n", st.cpu_cached,
       st.depot_cached, st.thread_cached);
@@ -283,15 +412,15 @@ void die(const char* message) { os::fatal("uslab: %s\n", message); }
 // slow path) is skipped rather than deadlocked on; the child resets every lock.
 namespace {
 
-constexpr size_t kForkLocks = 2 * (kNumClasses - 1) + 6;
+constexpr size_t kForkLocks = 2 * (kMaxClasses - 1) + 6;
 Mutex* g_fork_locks[kForkLocks];
 bool g_fork_taken[kForkLocks];
 
 // The locks after the per-CPU ones (which percpu_fork_* take after the registry).
 size_t collect_fork_locks() {
   size_t n = 0;
-  for (unsigned c = 1; c < kNumClasses; c++) g_fork_locks[n++] = &g_depot[c].lock();
-  for (unsigned c = 1; c < kNumClasses; c++) g_fork_locks[n++] = &g_central[c].lock();
+  for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_depot[c].lock();
+  for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_central[c].lock();
   g_fork_locks[n++] = &g_page_heap.lock();
   g_fork_locks[n++] = &g_span_pool.lock();
   g_fork_locks[n++] = &thread_cache_pool_lock();

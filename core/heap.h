@@ -59,15 +59,42 @@ inline Span* slab_of(const void* p, uintptr_t e) {
   return s;
 }
 
+// Push a validated object of any class onto this CPU's sheaf or thread's cache.
+inline void free_object(void* p, unsigned cls) {
+  if (__builtin_expect(g_percpu, 1)) return percpu_free(p, cls);
+  return thread_cache_free(p, cls);
+}
+
 inline void free(void* p) {
   uintptr_t e = PageMap::entry(p);
   unsigned cls = e & PageMap::kClassMask;
-  if (__builtin_expect(cls != 0 && slab_of(p, e) != nullptr, 1)) {
-    if (__builtin_expect(g_percpu, 1)) return percpu_free(p, cls);
-    return thread_cache_free(p, cls);
-  }
+  // Size classes only: objects of caches (and everything else) take free_slow.
+  if (__builtin_expect(cls - 1 < kNumClasses - 1 && slab_of(p, e) != nullptr, 1))
+    return free_object(p, cls);
   free_slow(p, e);
 }
+
+// Bulk allocation of n objects of class cls into out: n, or 0 with nothing allocated
+// (errno = ENOMEM). Frees of n validated objects of class cls. Both move whole
+// batches between the CPU sheaf, the depot and the slabs (one lock per batch).
+size_t alloc_bulk_class(unsigned cls, size_t n, void** out);
+void free_bulk_class(unsigned cls, void* const* ptrs, size_t n);
+// uslab_alloc_bulk / uslab_free_bulk (any pointers uslab handed out; NULLs skipped).
+size_t alloc_bulk(size_t size, size_t n, void** out);
+void free_bulk(size_t n, void* const* ptrs);
+
+// Object caches (uslab_cache_*); see core/alloc/obj_cache.h.
+ObjCache* cache_create(const char* name, size_t size, size_t align, unsigned flags,
+                       void (*ctor)(void*));  // nullptr with errno set
+void cache_destroy(ObjCache* c);
+inline void* cache_alloc(ObjCache* c) {
+  void* p = alloc_class(c->cls);
+  if (p && (c->flags & (kCacheZero | kCachePoison))) obj_cache_on_alloc(c, p);
+  return p;
+}
+void cache_free(ObjCache* c, void* p);
+size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out);
+void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs);
 
 // True when uslab has a span at p's page (p may still be an interior pointer).
 inline bool owns(const void* p) { return PageMap::entry(p) != 0; }

@@ -27,6 +27,39 @@ void uslab_stats_print(void (*write_cb)(void *opaque, const char *text), void *o
 /* Returns cached free memory to the OS now (as malloc_trim(0)); bytes released. */
 size_t uslab_trim(void);
 
+/* ---- Object caches (the kernel's kmem_cache) ----
+ * A cache hands out objects of one size and alignment from slabs of its own, through
+ * the same lockless per-CPU path as malloc. The constructor, when given, runs once
+ * per object when its slab is carved, not on every allocation: objects must be
+ * returned to the cache in their constructed state. free() accepts cache objects too.
+ * At most 86 caches exist at once (a destroyed cache frees its slot unless objects
+ * were still allocated). Objects larger than 32 KiB, alignments above 8 KiB, and a
+ * constructor together with ZERO or POISON are refused (NULL, errno = EINVAL). */
+typedef struct uslab_cache uslab_cache_t;
+
+#define USLAB_CACHE_ZERO    0x1u /* every allocation returns zeroed memory */
+#define USLAB_CACHE_HWALIGN 0x2u /* objects aligned to the hardware cache line (64 bytes) */
+#define USLAB_CACHE_POISON  0x4u /* debug: freed objects are poisoned, checked on reuse */
+
+/* NULL with errno = EINVAL (size 0, align not a power of two, bad flags) or ENOMEM. */
+uslab_cache_t *uslab_cache_create(const char *name, size_t size, size_t align,
+                                  unsigned flags, void (*ctor)(void *obj));
+void  *uslab_cache_alloc(uslab_cache_t *cache);
+void   uslab_cache_free(uslab_cache_t *cache, void *obj);
+/* n, or 0 with nothing allocated (all or nothing, as kmem_cache_alloc_bulk). */
+size_t uslab_cache_alloc_bulk(uslab_cache_t *cache, size_t n, void **out);
+void   uslab_cache_free_bulk(uslab_cache_t *cache, size_t n, void **objs);
+/* Objects still allocated are reported on stderr by cache name and count, and
+ * their memory stays valid. */
+void   uslab_cache_destroy(uslab_cache_t *cache);
+
+/* ---- Bulk allocation of malloc memory ----
+ * uslab_alloc_bulk returns n, or 0 with nothing allocated (errno = ENOMEM).
+ * uslab_free_bulk takes any pointers uslab handed out (malloc, caches, mixed sizes)
+ * and skips NULLs. Both move whole batches between the layers. */
+size_t uslab_alloc_bulk(size_t size, size_t n, void **out);
+void   uslab_free_bulk(size_t n, void **ptrs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,4 +15,39 @@ USLAB_EXPORT void uslab_stats_print(void (*write_cb)(void*, const char*), void* 
 
 USLAB_EXPORT size_t uslab_trim(void) { return uslab::heap::trim(); }
 
+namespace {
+uslab::ObjCache* of(uslab_cache_t* c) { return reinterpret_cast<uslab::ObjCache*>(c); }
+}  // namespace
+
+USLAB_EXPORT uslab_cache_t* uslab_cache_create(const char* name, size_t size, size_t align,
+                                              unsigned flags, void (*ctor)(void*)) {
+  return reinterpret_cast<uslab_cache_t*>(uslab::heap::cache_create(name, size, align, flags, ctor));
+}
+
+USLAB_EXPORT void* uslab_cache_alloc(uslab_cache_t* cache) {
+  return cache ? uslab::heap::cache_alloc(of(cache)) : nullptr;
+}
+
+USLAB_EXPORT void uslab_cache_free(uslab_cache_t* cache, void* obj) {
+  if (cache) uslab::heap::cache_free(of(cache), obj);
+}
+
+USLAB_EXPORT size_t uslab_cache_alloc_bulk(uslab_cache_t* cache, size_t n, void** out) {
+  return cache ? uslab::heap::cache_alloc_bulk(of(cache), n, out) : 0;
+}
+
+USLAB_EXPORT void uslab_cache_free_bulk(uslab_cache_t* cache, size_t n, void** objs) {
+  if (cache) uslab::heap::cache_free_bulk(of(cache), n, objs);
+}
+
+USLAB_EXPORT void uslab_cache_destroy(uslab_cache_t* cache) {
+  uslab::heap::cache_destroy(of(cache));
+}
+
+USLAB_EXPORT size_t uslab_alloc_bulk(size_t size, size_t n, void** out) {
+  return uslab::heap::alloc_bulk(size, n, out);
+}
+
+USLAB_EXPORT void uslab_free_bulk(size_t n, void** ptrs) { uslab::heap::free_bulk(n, ptrs); }
+
 }  // extern "C"

@@ -4,9 +4,11 @@
 
 #include <cstring>
 
+#include "core/alloc/obj_cache.h"
+
 namespace uslab {
 
-constinit CentralList g_central[kNumClasses];
+constinit CentralList g_central[kMaxClasses];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
 
@@ -25,7 +27,7 @@ void report_bad_free(const void* p, const char* what, unsigned cls) {
 // Carve a slab for cls: pages from the page heap, descriptor and page map filled in
 // before any other thread can see it. Runs without the class lock.
 Span* CentralList::new_slab(unsigned cls) {
-  const SizeClassInfo& info = kClassInfo[cls];
+  const SizeClassInfo& info = class_info(cls);
   bool zeroed;
   Span* s = g_page_heap.alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
   if (!s) return nullptr;
@@ -40,6 +42,7 @@ Span* CentralList::new_slab(unsigned cls) {
   memset(s->bitmap, 0, sizeof s->bitmap);
   for (size_t i = 0; i < info.objects / 64; i++) s->bitmap[i] = ~uint64_t{0};
   if (info.objects % 64) s->bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
+  if (cls >= kFirstCacheClass) obj_cache_init_slab(cls, s->start, info.objects);
   for (uint32_t i = 0; i < s->npages; i++) PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);
   return s;
 }
@@ -164,7 +167,7 @@ void CentralList::release_spare() {
 
 CentralStats CentralList::stats(unsigned cls) {
   LockGuard g(lock_);
-  return CentralStats{slabs_, slabs_ * kClassInfo[cls].objects, free_objects_, batches_out_,
+  return CentralStats{slabs_, slabs_ * class_info(cls).objects, free_objects_, batches_out_,
                       batches_in_};
 }
 

@@ -57,7 +57,7 @@ class CentralList {
   uint64_t batches_in_ = 0;
 };
 
-extern CentralList g_central[kNumClasses];
+extern CentralList g_central[kMaxClasses];
 
 // Report an invalid or double free; aborts unless abort_on_error=false.
 void report_bad_free(const void* p, const char* what, unsigned cls);

@@ -7,7 +7,7 @@
 
 namespace uslab {
 
-constinit Depot g_depot[kNumClasses];
+constinit Depot g_depot[kMaxClasses];
 
 namespace {
 constinit MetaPool<Sheaf> sheaf_pool_;
@@ -16,11 +16,18 @@ constinit MetaPool<Sheaf> sheaf_pool_;
 size_t Depot::take(unsigned cls, void** out, size_t n) {
   lock_.lock();
   if (Sheaf* s = full_) {
+    hits_++;
+    if (s->count > n) {  // a partial take (bulk API): the rest stays in the sheaf
+      s->count -= static_cast<uint32_t>(n);
+      objects_ -= n;
+      memcpy(out, s->objs + s->count, n * sizeof(void*));
+      lock_.unlock();
+      return n;
+    }
     full_ = s->next;
     nfull_--;
     size_t k = s->count;
     objects_ -= k;
-    hits_++;
     memcpy(out, s->objs, k * sizeof(void*));
     s->next = empty_;
     empty_ = s;

@@ -20,8 +20,6 @@
 
 namespace uslab {
 
-constexpr size_t kMaxBatch = 64;  // objects moved per refill/drain, at most
-
 struct Sheaf {
   Sheaf* next;
   uint32_t count;
@@ -38,7 +36,8 @@ struct DepotStats {
 
 class Depot {
  public:
-  // Up to n (≤ kMaxBatch) objects into out; 0 only when memory cannot be had.
+  // Up to n (≤ kMaxBatch) objects into out (a whole sheaf when it holds no more than
+  // n); 0 only when memory cannot be had.
   size_t take(unsigned cls, void** out, size_t n);
   // n (≤ kMaxBatch) objects of class cls back, as one full sheaf when there is room.
   void give(unsigned cls, void* const* objs, size_t n);
@@ -58,18 +57,15 @@ class Depot {
   uint64_t hits_ = 0, misses_ = 0, spills_ = 0;
 };
 
-extern Depot g_depot[kNumClasses];
+extern Depot g_depot[kMaxClasses];
 Mutex& depot_sheaf_pool_lock();
 
 // Batch size of a class: objects per refill/drain (2 … kMaxBatch, about 16 KiB).
-constexpr uint32_t batch_size(unsigned cls) {
-  size_t n = 16384 / kClassInfo[cls].size;
-  return static_cast<uint32_t>(n < 2 ? 2 : n > kMaxBatch ? kMaxBatch : n);
-}
+inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
 
 // Full sheaves a depot keeps at most (about 256 KiB of objects, 1 … 32 sheaves).
-constexpr uint32_t depot_max_full(unsigned cls) {
-  size_t n = 262144 / (size_t{batch_size(cls)} * kClassInfo[cls].size);
+inline uint32_t depot_max_full(unsigned cls) {
+  size_t n = 262144 / (size_t{batch_size(cls)} * class_size(cls));
   return static_cast<uint32_t>(n < 1 ? 1 : n > 32 ? 32 : n);
 }
 

@@ -6,10 +6,12 @@ namespace uslab {
 
 MetaArena g_meta_arena;
 
-void* MetaArena::alloc(size_t bytes) {
+void* MetaArena::alloc(size_t bytes, size_t align) {
+  if (align < 64) align = 64;
   bytes = (bytes + 63) & ~size_t{63};
   LockGuard g(lock_);
-  if (static_cast<size_t>(end_ - cur_) < bytes) {
+  cur_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(cur_) + align - 1) & ~(align - 1));
+  if (cur_ > end_ || static_cast<size_t>(end_ - cur_) < bytes) {
     size_t chunk = bytes > kChunk ? (bytes + kChunk - 1) & ~(kChunk - 1) : kChunk;
     char* p = static_cast<char*>(os::map(chunk));
     if (!p) return nullptr;

@@ -18,8 +18,9 @@ namespace uslab {
 
 class MetaArena {
  public:
-  // `bytes` rounded up to 64; nullptr when the OS refuses memory.
-  void* alloc(size_t bytes);
+  // `bytes` rounded up to 64, aligned to `align` (a power of two up to the page
+  // size; at least 64); nullptr when the OS refuses memory.
+  void* alloc(size_t bytes, size_t align = 64);
   size_t mapped() const { return mapped_; }
   Mutex& lock() { return lock_; }
 
@@ -45,7 +46,8 @@ class MetaPool {
         return reinterpret_cast<T*>(l);
       }
     }
-    return static_cast<T*>(g_meta_arena.alloc(sizeof(T) > sizeof(Link) ? sizeof(T) : sizeof(Link)));
+    return static_cast<T*>(
+        g_meta_arena.alloc(sizeof(T) > sizeof(Link) ? sizeof(T) : sizeof(Link), alignof(T)));
   }
 
   void free(T* t) {

@@ -22,7 +22,7 @@ struct CpuMeta {
   bool ready;                // used since start or the last drain
   bool fork_taken;
   uint32_t clock;            // next class the capacity thief looks at
-  uint64_t missed;           // bit per class: missed since the thief last passed
+  uint64_t missed[kMaxClasses / 64];  // bit per class: missed since the thief last passed
   size_t capacity_bytes;     // sum over classes of capacity × size
   uint64_t grows, steals, drains;
 };
@@ -68,13 +68,14 @@ uint32_t usable_cpu() {
 // the thief last passed it (second-chance clock). Lock of c held. False when nothing
 // could be taken (or the thread left c).
 bool steal(uint32_t c, CpuMeta& m, unsigned keep) {
-  for (unsigned i = 0; i < 2 * (kNumClasses - 1); i++) {
-    unsigned v = m.clock % (kNumClasses - 1) + 1;
+  for (unsigned i = 0; i < 2 * (kMaxClasses - 1); i++) {
+    unsigned v = m.clock % (kMaxClasses - 1) + 1;
     m.clock = v;
     uint32_t cap = capacity_of(c, v);
     if (v == keep || cap == 0) continue;
-    if (m.missed & (uint64_t{1} << v)) {
-      m.missed &= ~(uint64_t{1} << v);
+    uint64_t bit = uint64_t{1} << (v % 64);
+    if (m.missed[v / 64] & bit) {
+      m.missed[v / 64] &= ~bit;
       continue;
     }
     uint32_t step = batch_size(v) < cap ? batch_size(v) : cap;
@@ -96,7 +97,7 @@ void on_miss(uint32_t c, unsigned cls) {
   CpuMeta& m = meta_[c];
   m.lock.lock();
   if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
-  m.missed |= uint64_t{1} << cls;
+  m.missed[cls / 64] |= uint64_t{1} << (cls % 64);
   uint32_t cap = capacity_of(c, cls);
   uint32_t max = sheaf_max_capacity(cls);
   if (cap < max) {
@@ -200,19 +201,24 @@ void percpu_free_slow(void* p, unsigned cls) {
 
 namespace {
 
-// Empties CPU c's sheaves into the slabs (its lock held). See percpu.h for why the
-// swap-to-0, fence, re-check loop leaves no section able to commit on c.
-void drain_cpu(uint32_t c, CpuMeta& m) {
+// Empties CPU c's sheaves of classes [lo, hi) into the slabs (its lock held). See
+// percpu.h for why the swap-to-0, fence, re-check loop leaves no section able to
+// commit on those headers. False (and nothing freed) when the fence fails.
+bool drain_cpu(uint32_t c, CpuMeta& m, unsigned lo, unsigned hi) {
   uint32_t* h = headers(c);
-  uint32_t cur[kNumClasses];
-  for (unsigned cls = 1; cls < kNumClasses; cls++)
+  uint32_t cur[kMaxClasses];
+  size_t capacity = 0;
+  for (unsigned cls = lo; cls < hi; cls++) {
+    capacity += size_t{capacity_of(c, cls)} * class_size(cls);
     cur[cls] = __atomic_exchange_n(&h[cls], 0u, __ATOMIC_SEQ_CST) & 0xffff;
+  }
+  m.capacity_bytes -= capacity;
   for (;;) {
-    // Should the fence fail, the headers stay 0: c's cached objects are abandoned
+    // Should the fence fail, the headers stay 0: the cached objects are abandoned
     // rather than risked.
-    if (!rseq_fence_cpu(c)) return;
+    if (!rseq_fence_cpu(c)) return false;
     bool again = false;
-    for (unsigned cls = 1; cls < kNumClasses; cls++)
+    for (unsigned cls = lo; cls < hi; cls++)
       if (__atomic_load_n(&h[cls], __ATOMIC_SEQ_CST) != 0) {
         // A section committed after the swap (a 16-bit store of current).
         cur[cls] = __atomic_exchange_n(&h[cls], 0u, __ATOMIC_SEQ_CST) & 0xffff;
@@ -221,35 +227,56 @@ void drain_cpu(uint32_t c, CpuMeta& m) {
     if (!again) break;
   }
   void** slots = reinterpret_cast<void**>(g_cpu_region + (size_t{c} << kCpuRegionShift));
-  for (unsigned cls = 1; cls < kNumClasses; cls++)
+  for (unsigned cls = lo; cls < hi; cls++)
     for (uint32_t i = begin_of(cls); i < cur[cls]; i += kMaxBatch) {
       // Objects are the slots (begin, current].
       uint32_t k = cur[cls] - i < kMaxBatch ? cur[cls] - i : static_cast<uint32_t>(kMaxBatch);
       g_central[cls].free_batch(cls, slots + i + 1, k);
     }
-  m.capacity_bytes = 0;
-  m.missed = 0;
   m.drains++;
+  return true;
 }
 
-}  // namespace
-
-void percpu_drain_all() {
+void drain_classes(unsigned lo, unsigned hi) {
   if (g_percpu && rseq_fence_available())
     for (uint32_t c = 0; c < g_cpu_count; c++) {
       CpuMeta& m = meta_[c];
       LockGuard g(m.lock);
-      if (m.ready) drain_cpu(c, m);
+      if (m.ready) drain_cpu(c, m, lo, hi);
     }
-  for (unsigned cls = 1; cls < kNumClasses; cls++) g_depot[cls].flush(cls);
+  for (unsigned cls = lo; cls < hi; cls++) g_depot[cls].flush(cls);
 }
 
-void percpu_class_stats(PerCpuClassStats out[kNumClasses]) {
-  memset(out, 0, sizeof(PerCpuClassStats) * kNumClasses);
+}  // namespace
+
+size_t percpu_take(unsigned cls, void** out, size_t n) {
+  for (;;) {
+    uint32_t c = usable_cpu();
+    if (c == kNoCpu) return 0;
+    long k = percpu_pop_batch(c, cls, out, n);
+    if (k >= 0) return static_cast<size_t>(k);
+  }
+}
+
+size_t percpu_put(unsigned cls, void* const* ptrs, size_t n) {
+  for (;;) {
+    uint32_t c = usable_cpu();
+    if (c == kNoCpu) return 0;
+    long k = percpu_push_batch(c, cls, ptrs, n);
+    if (k >= 0) return static_cast<size_t>(k);
+  }
+}
+
+void percpu_drain_all() { drain_classes(1, kMaxClasses); }
+
+void percpu_drain_class(unsigned cls) { drain_classes(cls, cls + 1); }
+
+void percpu_class_stats(PerCpuClassStats out[kMaxClasses]) {
+  memset(out, 0, sizeof(PerCpuClassStats) * kMaxClasses);
   if (!g_percpu) return;
   for (uint32_t c = 0; c < g_cpu_count; c++) {
     if (!__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) continue;
-    for (unsigned cls = 1; cls < kNumClasses; cls++) {
+    for (unsigned cls = 1; cls < kMaxClasses; cls++) {
       out[cls].cpu_objects += cached_of(c, cls);
       out[cls].cpu_capacity += capacity_of(c, cls);
     }

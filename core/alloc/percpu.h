@@ -42,28 +42,25 @@ constexpr size_t kCpuRegionShift = 18;
 constexpr size_t kCpuRegionSlots = (size_t{1} << kCpuRegionShift) / sizeof(void*);
 constexpr size_t kMaxCpus = 4096;  // CPU ids at or above use the per-thread caches
 
-// Most objects a CPU may cache of one class (the reserved slots): 256 KiB worth,
-// 16 … 1024 objects.
-constexpr uint32_t sheaf_max_capacity(unsigned cls) {
-  size_t n = 262144 / kClassInfo[cls].size;
-  return static_cast<uint32_t>(n < 16 ? 16 : n > 1024 ? 1024 : n);
-}
+// Most objects a CPU may cache of one class: 256 KiB worth, 16 … 1024 objects for a
+// size class, at most kCacheSheafCap for a cache class (the slots reserved below).
+inline uint32_t sheaf_max_capacity(unsigned cls) { return class_info(cls).sheaf_cap; }
 
 // Byte offset of the headers in a region (after the zero slot 0).
 constexpr size_t kHeaderOffset = sizeof(void*);
 
 struct SheafLayout {
-  uint16_t begin[kNumClasses];  // the guard slot of each class
+  uint16_t begin[kMaxClasses];  // the guard slot of each class
   size_t slots;
 };
 
 constexpr SheafLayout make_sheaf_layout() {
   SheafLayout l{};
-  size_t next = (kHeaderOffset + kNumClasses * sizeof(uint32_t) + sizeof(void*) - 1) /
+  size_t next = (kHeaderOffset + kMaxClasses * sizeof(uint32_t) + sizeof(void*) - 1) /
                 sizeof(void*);
-  for (unsigned c = 1; c < kNumClasses; c++) {
+  for (unsigned c = 1; c < kMaxClasses; c++) {
     l.begin[c] = static_cast<uint16_t>(next);
-    next += 1 + sheaf_max_capacity(c);
+    next += 1 + (c < kNumClasses ? kClassInfo[c].sheaf_cap : kCacheSheafCap);
   }
   l.slots = next;
   return l;
@@ -88,19 +85,28 @@ void percpu_free_slow(void* p, unsigned cls);
 void* percpu_alloc_retry(unsigned cls);
 void percpu_free_retry(void* p, unsigned cls);
 
+// Bulk moves on the current CPU's sheaf of cls (n ≥ 1): take pops up to n objects
+// into out; put pushes the last k of ptrs[0..n) that fit. Both return k (0 when the
+// thread has no usable CPU).
+size_t percpu_take(unsigned cls, void** out, size_t n);
+size_t percpu_put(unsigned cls, void* const* ptrs, size_t n);
+
 // Decides the front end once (per-CPU when rseq works and the configuration allows);
 // returns g_percpu.
 bool percpu_decide();
 bool percpu_decided();
 
-// Drains every CPU's sheaves and the depots back to the slabs (malloc_trim).
+// Drains every CPU's sheaves and the depots back to the slabs (malloc_trim), or only
+// those of one class (a cache being destroyed). Without membarrier's rseq fence only
+// the depots are drained.
 void percpu_drain_all();
+void percpu_drain_class(unsigned cls);
 
 struct PerCpuClassStats {
   size_t cpu_objects;   // cached in CPU sheaves (racy sum)
   size_t cpu_capacity;  // sum of capacities
 };
-void percpu_class_stats(PerCpuClassStats out[kNumClasses]);
+void percpu_class_stats(PerCpuClassStats out[kMaxClasses]);
 struct PerCpuStats {
   uint32_t cpus_possible;
   uint32_t cpus_used;

@@ -10,7 +10,7 @@
 //    aligned), never in the heap they describe.
 //  - PageMap: a two-level radix table, 8 KiB page → entry, over the 47-bit user
 //    address space. An entry is the Span* of the page with the slab's size class in
-//    its low 6 bits, so free() learns the class after two loads (as jemalloc's rtree
+//    its low 7 bits, so free() learns the class after two loads (as jemalloc's rtree
 //    packs szind). A null entry means "not an object start uslab knows", which is how
 //    foreign pointers are recognised in O(1).
 //
@@ -34,7 +34,8 @@ struct Segment;
 
 enum class SpanKind : uint8_t { kFree = 0, kSlab = 1, kLarge = 2 };
 
-struct Span {
+// 128-byte aligned: the page map packs the class into the low 7 bits of a Span*.
+struct alignas(128) Span {
   // Read on the free fast path (first cache line).
   char* start;          // first byte of the span
   uint64_t div_inv;     // slabs: the class's exact-division inverse (size_class.h)
@@ -81,7 +82,8 @@ class PageMap {
   static constexpr unsigned kAddressBits = 47;
   static constexpr unsigned kLeafBits = 17;
   static constexpr unsigned kRootBits = kAddressBits - kPageShift - kLeafBits;  // 17
-  static constexpr uintptr_t kClassMask = 63;
+  static constexpr uintptr_t kClassMask = 127;
+  static_assert(kMaxClasses == kClassMask + 1 && alignof(Span) == kClassMask + 1);
 
   // The entry of p's page: Span* | class, or 0 when uslab knows no span there.
   static uintptr_t entry(const void* p) {

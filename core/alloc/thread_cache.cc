@@ -51,7 +51,7 @@ void flush_bin(CacheBin& b, unsigned cls, uint32_t n) {
 }
 
 void flush_all(ThreadCache* tc) {
-  for (unsigned c = 1; c < kNumClasses; c++) flush_bin(tc->bins[c], c, tc->bins[c].count);
+  for (unsigned c = 1; c < kMaxClasses; c++) flush_bin(tc->bins[c], c, tc->bins[c].count);
 }
 
 void release(ThreadCache* tc) {
@@ -118,6 +118,10 @@ void* thread_cache_alloc_slow(unsigned cls) {
   }
   CacheBin& b = tc->bins[cls];
   if (b.count) return b.slots[--b.count];  // refilled by a nested call
+  if (b.cap == 0) {  // a cache class: straight to its slabs
+    void* p;
+    return g_central[cls].alloc_batch(cls, &p, 1) ? p : os::fail_nomem();
+  }
   uint32_t want = b.cap / 2 ? b.cap / 2 : 1;
   b.count = static_cast<uint32_t>(g_central[cls].alloc_batch(cls, b.slots, want));
   tc->refills++;
@@ -135,6 +139,7 @@ void thread_cache_free_slow(void* p, unsigned cls) {
     }
   }
   CacheBin& b = tc->bins[cls];
+  if (b.cap == 0) return g_central[cls].free_batch(cls, &p, 1);  // a cache class
   if (b.count && b.slots[b.count - 1] == p) return report_bad_free(p, "double free", cls);
   if (b.count >= b.cap) {
     flush_bin(b, cls, b.cap / 2 ? b.cap / 2 : b.count);
@@ -148,8 +153,8 @@ void thread_cache_flush_mine() {
   if (tc != &g_empty_cache) flush_all(tc);
 }
 
-void thread_cache_counts(size_t counts[kNumClasses], size_t* ncaches) {
-  for (size_t c = 0; c < kNumClasses; c++) counts[c] = 0;
+void thread_cache_counts(size_t counts[kMaxClasses], size_t* ncaches) {
+  for (size_t c = 0; c < kMaxClasses; c++) counts[c] = 0;
   LockGuard g(registry_lock_);
   *ncaches = registry_.size();
   for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)

@@ -37,7 +37,7 @@ struct CacheBin {
 };
 
 struct ThreadCache {
-  CacheBin bins[kNumClasses];
+  CacheBin bins[kMaxClasses];  // cache classes have capacity 0: pass-through
   ThreadCache* prev;  // registry
   ThreadCache* next;
   uint64_t refills;
@@ -76,7 +76,7 @@ inline void thread_cache_free(void* p, unsigned cls) {
 void thread_cache_flush_mine();
 
 // Sum of cached objects per class over all live caches (approximate while running).
-void thread_cache_counts(size_t counts[kNumClasses], size_t* ncaches);
+void thread_cache_counts(size_t counts[kMaxClasses], size_t* ncaches);
 
 Mutex& thread_cache_registry_lock();
 Mutex& thread_cache_pool_lock();

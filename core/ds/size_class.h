@@ -9,11 +9,17 @@
 // 32 KiB, so the rounding waste above 128 bytes stays under 25% (129 → 160 wastes
 // 24%). Every class from 16 up is a multiple of 16, so results are 16-byte aligned.
 // Class 0 means "not a small class" (large allocations, free spans).
+//
+// Classes kFirstCacheClass … kMaxClasses-1 belong to object caches
+// (uslab_cache_create): their geometry is filled in at run time, in g_class_info,
+// before any of their objects exists, and is read-only while the cache lives.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+
+#include "core/platform/os.h"
 
 namespace uslab {
 
@@ -36,6 +42,8 @@ struct SizeClassInfo {
   uint16_t objects;   // per slab
   uint16_t tcache_cap;
   uint8_t tz;         // trailing zero bits of size
+  uint16_t batch;     // objects moved per refill/drain of a CPU sheaf
+  uint16_t sheaf_cap; // most objects one CPU may cache
   uint64_t inv;       // inverse of size >> tz modulo 2^64
 };
 
@@ -60,8 +68,17 @@ constexpr uint64_t inverse_odd(uint64_t d) {
   return x;
 }
 
-constexpr SizeClassInfo make_info(uint32_t size) {
-  SizeClassInfo c{size, 0, 0, 0, 0, 0};
+constexpr size_t kMaxBatch = 64;         // objects moved per refill/drain, at most
+constexpr size_t kMaxSheafCap = 1024;    // reserved sheaf slots of a size class
+constexpr size_t kCacheSheafCap = 128;   // reserved sheaf slots of a cache class
+
+constexpr uint16_t clamp16(size_t v, size_t lo, size_t hi) {
+  return static_cast<uint16_t>(v < lo ? lo : v > hi ? hi : v);
+}
+
+// Fills everything but the size from it (also used for object caches at run time).
+constexpr SizeClassInfo make_info(uint32_t size, size_t max_sheaf = kMaxSheafCap) {
+  SizeClassInfo c{size, 0, 0, 0, 0, 0, 0, 0};
   if (size == 0) return c;
   // Shortest slab with at least 8 objects and at most 1/16 of it wasted.
   uint16_t best_pages = 0;
@@ -82,8 +99,10 @@ constexpr SizeClassInfo make_info(uint32_t size) {
   c.objects = static_cast<uint16_t>(objs);
   c.tz = static_cast<uint8_t>(__builtin_ctz(size));
   c.inv = inverse_odd(size >> c.tz);
-  size_t cap = 32768 / size;
-  c.tcache_cap = static_cast<uint16_t>(cap < 4 ? 4 : cap > 256 ? 256 : cap);
+  c.tcache_cap = clamp16(32768 / size, 4, 256);
+  // About 16 KiB per batch; a CPU may cache up to 256 KiB of one class.
+  c.batch = clamp16(16384 / size, 2, kMaxBatch);
+  c.sheaf_cap = clamp16(262144 / size, 16, max_sheaf);
   return c;
 }
 
@@ -112,7 +131,11 @@ constexpr std::array<uint8_t, N> make_lookup() {
 
 }  // namespace detail
 
-constexpr size_t kNumClasses = detail::kNumClassesWithZero;  // valid classes are 1..kNumClasses-1
+constexpr size_t kNumClasses = detail::kNumClassesWithZero;  // size classes are 1..kNumClasses-1
+constexpr size_t kFirstCacheClass = kNumClasses;              // object-cache classes follow
+constexpr size_t kMaxClasses = 128;                           // fits the page map's 7 class bits
+using detail::kCacheSheafCap;
+using detail::kMaxBatch;
 inline constexpr auto kClassInfo = detail::make_table();
 inline constexpr auto kClassLookup =
     detail::make_lookup<(kMaxSmall >> detail::kStepShift) + 1, detail::kStepShift>();
@@ -122,7 +145,10 @@ inline unsigned size_to_class(size_t size) {
   return kClassLookup[(size + 7) >> detail::kStepShift];
 }
 
-inline size_t class_size(unsigned cls) { return kClassInfo[cls].size; }
+// Geometry of every class, size classes and cache classes alike (see above).
+extern std::array<SizeClassInfo, kMaxClasses> g_class_info USLAB_HIDDEN;
+inline const SizeClassInfo& class_info(unsigned cls) { return g_class_info[cls]; }
+inline size_t class_size(unsigned cls) { return g_class_info[cls].size; }
 
 // off / size when size = odd << tz divides off and inv is odd's inverse; otherwise
 // ≥ 2^(64 - tz) (see above).
@@ -132,7 +158,7 @@ inline uint64_t exact_index(uint64_t off, uint64_t inv, unsigned tz) {
 }
 
 inline uint64_t class_index(unsigned cls, uint64_t off) {
-  return exact_index(off, kClassInfo[cls].inv, kClassInfo[cls].tz);
+  return exact_index(off, g_class_info[cls].inv, g_class_info[cls].tz);
 }
 
 static_assert(kClassInfo[kNumClasses - 1].size == kMaxSmall);

@@ -1,0 +1,113 @@
+// core/alloc/obj_cache.cc — object caches; see obj_cache.h for the rules.
+#include "core/alloc/obj_cache.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/alloc/percpu.h"
+
+namespace uslab {
+
+namespace {
+
+constinit Mutex registry_lock_;
+// One record per cache class; a class's record is reused with the class.
+constinit ObjCache records_[kMaxClasses];
+constinit ObjCache* registry_[kMaxClasses] = {};
+
+bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
+
+}  // namespace
+
+ObjCache* obj_cache_create(const char* name, size_t size, size_t align, unsigned flags,
+                           void (*ctor)(void*), int* err) {
+  *err = EINVAL;
+  if (size == 0 || size > kMaxSmall || (align && !is_pow2(align)) || (flags & ~kCacheFlags))
+    return nullptr;
+  // A constructed object must come back as the constructor left it.
+  if (ctor && (flags & (kCacheZero | kCachePoison))) return nullptr;
+  size_t a = align ? align : size >= 16 ? 16 : 8;
+  if (a < 8) a = 8;
+  if ((flags & kCacheHwAlign) && a < kCacheLine) a = kCacheLine;
+  if (a > kPageSize) return nullptr;  // objects are laid out from page-aligned slabs
+  size_t osize = (size + a - 1) & ~(a - 1);
+  if (osize > kMaxSmall) return nullptr;
+
+  LockGuard g(registry_lock_);
+  unsigned cls = kFirstCacheClass;
+  while (cls < kMaxClasses && (registry_[cls] || records_[cls].retired)) cls++;
+  if (cls == kMaxClasses) {
+    *err = ENOMEM;
+    return nullptr;
+  }
+  ObjCache* c = &records_[cls];
+  memset(c, 0, sizeof *c);
+  size_t n = 0;
+  for (; name && name[n] && n + 1 < sizeof c->name; n++) c->name[n] = name[n];
+  c->name[n] = 0;
+  c->size = static_cast<uint32_t>(osize);
+  c->align = static_cast<uint32_t>(a);
+  c->flags = flags;
+  c->ctor = ctor;
+  c->cls = cls;
+  g_class_info[cls] = detail::make_info(static_cast<uint32_t>(osize), kCacheSheafCap);
+  __atomic_store_n(&registry_[cls], c, __ATOMIC_RELEASE);
+  *err = 0;
+  return c;
+}
+
+void obj_cache_destroy(ObjCache* c) {
+  LockGuard g(registry_lock_);
+  unsigned cls = c->cls;
+  if (registry_[cls] != c || c->retired) return;
+  percpu_drain_class(cls);  // CPU sheaves and depot back to the slabs
+  g_central[cls].release_spare();
+  CentralStats cs = g_central[cls].stats(cls);
+  size_t live = cs.objects - cs.free_objects;
+  if (live) {
+    os::print_stderr("uslab: cache '%s' destroyed with %zu live objects (%zu slabs); their "
+                     "memory stays valid\n", c->name, live, cs.slabs);
+    c->retired = true;
+    return;
+  }
+  __atomic_store_n(&registry_[cls], nullptr, __ATOMIC_RELEASE);
+}
+
+ObjCache* obj_cache_of(unsigned cls) {
+  return cls < kMaxClasses ? __atomic_load_n(&registry_[cls], __ATOMIC_ACQUIRE) : nullptr;
+}
+
+void obj_cache_init_slab(unsigned cls, char* start, size_t n) {
+  const ObjCache* c = obj_cache_of(cls);
+  if (!c) return;
+  if (c->ctor) {
+    for (size_t i = 0; i < n; i++) c->ctor(start + i * c->size);
+  } else if (c->flags & kCachePoison) {
+    memset(start, kPoisonByte, n * c->size);
+  }
+}
+
+void obj_cache_on_alloc(const ObjCache* c, void* p) {
+  if (c->flags & kCachePoison) {
+    const unsigned char* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < c->size; i++)
+      if (b[i] != kPoisonByte) {
+        os::print_stderr("uslab: cache '%s': object %p was written after it was freed "
+                         "(poison overwritten at byte %zu)\n", c->name, p, i);
+        if (g_config.abort_on_error)
+          os::fatal("uslab: aborting (set USLAB_CONF=abort_on_error=false to continue)\n");
+        break;
+      }
+  }
+  if (c->flags & kCacheZero) memset(p, 0, c->size);
+}
+
+void obj_cache_for_each(void (*fn)(const ObjCache* c, void* arg), void* arg) {
+  LockGuard g(registry_lock_);
+  for (unsigned cls = kFirstCacheClass; cls < kMaxClasses; cls++)
+    if (registry_[cls]) fn(registry_[cls], arg);
+}
+
+Mutex& obj_cache_registry_lock() { return registry_lock_; }
+
+}  // namespace uslab
