@@ -156,6 +156,7 @@ void* realloc(void* p, size_t size) {
 }
 
 size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
+  if (!percpu_decided()) percpu_decide();  // a program whose first allocation is a bulk one
   size_t got = n && g_percpu ? percpu_take(cls, out, n) : 0;
   while (got < n) {
     size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
@@ -192,24 +193,46 @@ size_t alloc_bulk(size_t size, size_t n, void** out) {
 }
 
 void free_bulk(size_t n, void* const* ptrs) {
-  // Runs of objects of one class (the usual bulk free) go as one batch each.
+  // Runs of objects of one class (the usual bulk free) go as one batch each; a
+  // pointer in the same slab as the previous one needs no page-map lookup.
   void* run[kMaxBatch];
   size_t len = 0;
   unsigned run_cls = 0;
+  ObjCache* cache = nullptr;
+  // The slab of the previous pointer, its fields in locals (the loop's hot data).
+  const char* start = nullptr;
+  uint64_t bytes = 0, inv = 0, limit = 0, mask = 0;
   for (size_t i = 0; i < n; i++) {
     void* p = ptrs[i];
     if (!p) continue;
-    uintptr_t e = PageMap::entry(p);
-    unsigned cls = e & PageMap::kClassMask;
-    ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
-    if (!cls || !slab_of(p, e) || (cls >= kFirstCacheClass && !c)) {
-      free(p);  // large, huge, or invalid (reported there)
+    uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - start);
+    if (off >= bytes) {
+      uintptr_t e = PageMap::entry(p);
+      unsigned cls = e & PageMap::kClassMask;
+      Span* slab = slab_of(p, e);
+      cache = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
+      if (!slab || (cls >= kFirstCacheClass && !cache)) {
+        bytes = 0;
+        free(p);  // large, huge, or invalid (reported there)
+        continue;
+      }
+      start = slab->start;
+      bytes = slab->bytes();
+      inv = slab->div_inv;
+      limit = slab->div_limit;
+      mask = slab->div_mask;
+      if (cls != run_cls) {
+        if (len) free_bulk_class(run_cls, run, len);
+        run_cls = cls;
+        len = 0;
+      }
+    } else if (!exact_start(off, inv, limit, mask)) {
+      free(p);  // an interior pointer: reported there
       continue;
     }
-    if (c) obj_cache_on_free(c, p);
-    if (cls != run_cls || len == kMaxBatch) {
-      if (len) free_bulk_class(run_cls, run, len);
-      run_cls = cls;
+    if (cache) obj_cache_on_free(cache, p);
+    if (len == kMaxBatch) {
+      free_bulk_class(run_cls, run, len);
       len = 0;
     }
     run[len++] = p;
@@ -231,17 +254,27 @@ void cache_destroy(ObjCache* c) {
 }
 
 namespace {
-// p is an object of cache c (reported otherwise).
-bool belongs(const ObjCache* c, const void* p) {
-  uintptr_t e = PageMap::entry(p);
-  if ((e & PageMap::kClassMask) == c->cls && slab_of(p, e)) return true;
+// p is an object of cache c (reported otherwise). *slab caches the last slab seen,
+// so neighbours in a bulk free skip the page-map lookup.
+bool belongs(const ObjCache* c, const void* p, Span** slab) {
+  Span* s = *slab;
+  if (s && static_cast<uint64_t>(static_cast<const char*>(p) - s->start) < s->bytes()) {
+    if (s->is_object(p)) return true;
+  } else {
+    uintptr_t e = PageMap::entry(p);
+    if ((e & PageMap::kClassMask) == c->cls && (s = slab_of(p, e))) {
+      *slab = s;
+      return true;
+    }
+  }
   report_bad_free(p, "uslab_cache_free of an object not from this cache", c->cls);
   return false;
 }
 }  // namespace
 
 void cache_free(ObjCache* c, void* p) {
-  if (!p || !belongs(c, p)) return;
+  Span* slab = nullptr;
+  if (!p || !belongs(c, p, &slab)) return;
   obj_cache_on_free(c, p);
   free_object(p, c->cls);
 }
@@ -256,9 +289,10 @@ size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out) {
 void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
   void* run[kMaxBatch];
   size_t len = 0;
+  Span* slab = nullptr;
   for (size_t i = 0; i < n; i++) {
     void* p = ptrs[i];
-    if (!p || !belongs(c, p)) continue;
+    if (!p || !belongs(c, p, &slab)) continue;
     obj_cache_on_free(c, p);
     run[len++] = p;
     if (len == kMaxBatch) {

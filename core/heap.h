@@ -55,7 +55,7 @@ inline Span* slab_of(const void* p, uintptr_t e) {
   unsigned cls = e & PageMap::kClassMask;
   if (__builtin_expect(cls == 0, 0)) return nullptr;
   Span* s = PageMap::span_of(e);
-  if (__builtin_expect(s->object_index(p) >= s->capacity, 0)) return nullptr;
+  if (__builtin_expect(!s->is_object(p), 0)) return nullptr;
   return s;
 }
 

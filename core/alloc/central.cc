@@ -35,7 +35,8 @@ Span* CentralList::new_slab(unsigned cls) {
   s->obj_size = info.size;
   s->capacity = info.objects;
   s->div_inv = info.inv;
-  s->div_tz = info.tz;
+  s->div_limit = uint32_t{info.objects} << info.tz;
+  s->div_mask = static_cast<uint16_t>((1u << info.tz) - 1);
   s->free_count = info.objects;
   s->scan_hint = 0;
   s->on_partial = 0;

@@ -249,12 +249,16 @@ void drain_classes(unsigned lo, unsigned hi) {
 
 }  // namespace
 
+// A bulk move that the sheaf could not serve in full counts as a miss, so classes
+// used in bulk grow their capacity like the others.
 size_t percpu_take(unsigned cls, void** out, size_t n) {
   for (;;) {
     uint32_t c = usable_cpu();
     if (c == kNoCpu) return 0;
     long k = percpu_pop_batch(c, cls, out, n);
-    if (k >= 0) return static_cast<size_t>(k);
+    if (k < 0) continue;
+    if (static_cast<size_t>(k) < n) on_miss(c, cls);
+    return static_cast<size_t>(k);
   }
 }
 
@@ -263,7 +267,9 @@ size_t percpu_put(unsigned cls, void* const* ptrs, size_t n) {
     uint32_t c = usable_cpu();
     if (c == kNoCpu) return 0;
     long k = percpu_push_batch(c, cls, ptrs, n);
-    if (k >= 0) return static_cast<size_t>(k);
+    if (k < 0) continue;
+    if (static_cast<size_t>(k) < n) on_miss(c, cls);
+    return static_cast<size_t>(k);
   }
 }
 

@@ -45,7 +45,7 @@ struct alignas(128) Span {
   uint8_t dirty;        // free spans: pages may be resident (not purged since use)
   uint8_t on_partial;   // slabs: linked on the central partial list
   uint32_t npages;
-  uint32_t first_page;  // index in the segment (0 for huge segments)
+  uint32_t div_limit;   // slabs: capacity << tz (exact division, size_class.h)
   Segment* segment;
   Span* prev;           // free lists (page heap) or partial list (central)
   Span* next;
@@ -53,15 +53,21 @@ struct alignas(128) Span {
   uint16_t capacity;
   uint16_t free_count;
   uint16_t scan_hint;
-  uint8_t div_tz;       // slabs: trailing zeros of the class size
+  uint16_t div_mask;    // slabs: 2^tz - 1
   uint64_t freed_at_ms;  // free spans: when they last became free (decay clock)
+  uint32_t first_page;  // index in the segment (0 for huge segments)
   uint64_t bitmap[kMaxSlabObjects / 64];
 
   size_t bytes() const { return size_t{npages} << kPageShift; }
-  // Slabs: the index of the object at p, or a value ≥ capacity when p is not the
-  // start of one of its objects.
+  // Slabs: whether p is the start of one of its objects.
+  bool is_object(const void* p) const {
+    return exact_start(static_cast<uint64_t>(static_cast<const char*>(p) - start), div_inv,
+                       div_limit, div_mask);
+  }
+  // Slabs: the index of the object at p (p must be one).
   uint64_t object_index(const void* p) const {
-    return exact_index(static_cast<uint64_t>(static_cast<const char*>(p) - start), div_inv, div_tz);
+    return static_cast<uint64_t>(static_cast<const char*>(p) - start) * div_inv >>
+           __builtin_ctz(div_mask + 1u);
   }
 };
 

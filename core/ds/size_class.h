@@ -31,11 +31,12 @@ constexpr size_t kPagesPerSegment = kSegmentSize / kPageSize;  // 512; page 0 is
 constexpr size_t kMaxSmall = 32768;
 constexpr size_t kMaxSlabObjects = 1024;  // bounds the per-slab free bitmap
 constexpr size_t kMaxSlabPages = 32;
-// Object index from an offset in a slab by exact division (Granlund–Montgomery):
-// size = odd << tz; offset * inverse(odd) mod 2^64, rotated right by tz, is
-// offset / size when size divides offset, and at least 2^(64 - tz) otherwise — more
-// than any slab holds. One compare against the object count thus checks both that
-// a pointer is an object start and that it lies inside the slab.
+// Object starts by exact division (Granlund–Montgomery): size = odd << tz, and
+// q = offset * inverse(odd) mod 2^64. When size divides offset, q = (offset / size)
+// << tz; otherwise q has one of its low tz bits set (offset not a multiple of 2^tz)
+// or is at least 2^64 / odd, far above any slab. So offset is the start of object
+// i < count exactly when q < count << tz and q & (2^tz - 1) == 0, and i = q >> tz:
+// one multiply, two compares, no division and no variable shift on the fast path.
 struct SizeClassInfo {
   uint32_t size;
   uint16_t slab_pages;
@@ -150,15 +151,18 @@ extern std::array<SizeClassInfo, kMaxClasses> g_class_info USLAB_HIDDEN;
 inline const SizeClassInfo& class_info(unsigned cls) { return g_class_info[cls]; }
 inline size_t class_size(unsigned cls) { return g_class_info[cls].size; }
 
-// off / size when size = odd << tz divides off and inv is odd's inverse; otherwise
-// ≥ 2^(64 - tz) (see above).
-inline uint64_t exact_index(uint64_t off, uint64_t inv, unsigned tz) {
+// Whether off is the start of one of the first count objects of class cls, and its
+// index in *index (see above).
+inline bool exact_start(uint64_t off, uint64_t inv, uint64_t limit, uint64_t mask) {
   uint64_t q = off * inv;
-  return (q >> tz) | (q << ((64 - tz) & 63));
+  return q < limit && (q & mask) == 0;
 }
 
-inline uint64_t class_index(unsigned cls, uint64_t off) {
-  return exact_index(off, g_class_info[cls].inv, g_class_info[cls].tz);
+inline bool class_index(unsigned cls, uint64_t off, uint64_t count, uint64_t* index) {
+  const SizeClassInfo& c = g_class_info[cls];
+  if (!exact_start(off, c.inv, count << c.tz, (uint64_t{1} << c.tz) - 1)) return false;
+  *index = off * c.inv >> c.tz;
+  return true;
 }
 
 static_assert(kClassInfo[kNumClasses - 1].size == kMaxSmall);

@@ -48,12 +48,14 @@ TEST_CASE("exact division finds object starts and rejects everything else") {
     const SizeClassInfo& i = kClassInfo[c];
     uint64_t limit = uint64_t{i.slab_pages} * kPageSize;
     for (uint64_t off = 0; off <= limit; off++) {
-      uint64_t q = class_index(c, off);
+      uint64_t q = ~uint64_t{0};
+      bool found = class_index(c, off, i.objects, &q);
       bool start = off % i.size == 0 && off / i.size < i.objects;
-      if (start ? q != off / i.size : q < i.objects) FAIL("class " << c << " off " << off);
+      if (found != start || (start && q != off / i.size)) FAIL("class " << c << " off " << off);
     }
     // Offsets far outside the slab (a pointer below the slab wraps around).
+    uint64_t q;
     for (uint64_t off : {~uint64_t{0}, ~uint64_t{0} - i.size + 1, uint64_t{1} << 47})
-      REQUIRE(class_index(c, off) >= i.objects);
+      REQUIRE_FALSE(class_index(c, off, i.objects, &q));
   }
 }
