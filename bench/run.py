@@ -11,6 +11,10 @@ Benchmarks (default: all):
                 operations per second and peak RSS by thread count
   falseshare    private small objects written in a loop by every thread: seconds
   mem           1000 live threads, each with a burst of 1000 small objects: peak RSS
+  bulk          the kernel bulk-API seed table: cycles per object of n allocs + n
+                frees, single calls vs uslab_alloc_bulk / uslab_cache_alloc_bulk
+  concurrent    the seed concurrent test: every CPU does N x alloc then N x free
+                at once, average cycles per phase by size
   instructions  instructions per malloc+free pair (valgrind callgrind, which has no
                 rseq: the per-thread fallback for uslab)
 
@@ -134,6 +138,60 @@ def bench_workloads(args, allocs, out, name, cases):
     out[name] = results
 
 
+def bench_bulk(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "bulk")
+    peers = {a: allocs[a] for a in ("uslab", "jemalloc") if a in allocs}
+    results = {}  # (alloc, test, bulk) -> [median per run]
+
+    def one(a, lib):
+        for row in run_json([exe, "21"], lib):
+            results.setdefault((a, row["test"], row["bulk"]), []).append(row["cycles_median"])
+
+    alternate(peers, args.rounds, one)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    bulks = sorted({b for (_, _, b) in results})
+    print(f"Command: tools/uslab bench bulk --rounds {args.rounds} (64-byte objects; per bulk "
+          "size, 4096 objects allocated in bulks of n then freed; median over rounds of "
+          "each run's median of 21)\n")
+    print("| n | uslab single | uslab bulk | uslab cache bulk | jemalloc single | "
+          "bulk / uslab single | bulk / jemalloc single | improvement |")
+    print("|---|---|---|---|---|---|---|---|")
+    for b in bulks:
+        us, ub = med[("uslab", "single", b)], med[("uslab", "bulk", b)]
+        uc, js = med[("uslab", "cache-bulk", b)], med[("jemalloc", "single", b)]
+        best = min(ub, uc)
+        print(f"| {b} | {us:.1f} | {ub:.1f} | {uc:.1f} | {js:.1f} | {best / us:.2f} | "
+              f"{best / js:.2f} | {100 * (1 - best / us):.0f}% |")
+    print()
+    out["bulk"] = {f"{a}/{t}/{b}": v for (a, t, b), v in results.items()}
+
+
+def bench_concurrent(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "threads")
+    cpus = os.cpu_count() or 1
+    peers = {a: allocs[a] for a in ("uslab", "jemalloc") if a in allocs}
+    results = {}
+
+    def one(a, lib):
+        for row in run_json([exe, "concurrent", str(cpus), "10000"], lib):
+            for phase in ("alloc", "free"):
+                results.setdefault((a, phase, row["size"]), []).append(row[f"{phase}_cycles"])
+
+    alternate(peers, args.rounds, one)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    sizes = sorted({s for (_, _, s) in results})
+    print(f"Command: tools/uslab bench concurrent --rounds {args.rounds} ({cpus} threads, one "
+          "pinned per CPU, N = 10000; average TSC cycles per operation)\n")
+    print("| size | uslab alloc | jemalloc alloc | ratio | uslab free | jemalloc free | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for size in sizes:
+        ua, ja = med[("uslab", "alloc", size)], med[("jemalloc", "alloc", size)]
+        uf, jf = med[("uslab", "free", size)], med[("jemalloc", "free", size)]
+        print(f"| {size} | {ua:.1f} | {ja:.1f} | {ua / ja:.2f} | {uf:.1f} | {jf:.1f} | {uf / jf:.2f} |")
+    print()
+    out["concurrent"] = {f"{a}/{p}/{s}": v for (a, p, s), v in results.items()}
+
+
 def bench_instructions(args, allocs, out):
     if not shutil.which("valgrind"):
         print("valgrind is not installed: instruction counts skipped\n")
@@ -175,7 +233,7 @@ def main():
     ap.add_argument("--sizes", default="8,16,32,64,128,256,512,1024,2048,4096,8192,16384")
     ap.add_argument("--json")
     args = ap.parse_args()
-    known = ["micro", "threads", "falseshare", "mem", "instructions"]
+    known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -196,7 +254,8 @@ def main():
         elif name == "threads":
             cases = []
             for t in counts:
-                cases.append((f"xthread {t} threads", ["xthread", str(t), "1"]))
+                if t <= cpus:  # spinning producers and consumers need a CPU each
+                    cases.append((f"xthread {t} threads", ["xthread", str(t), "1"]))
                 cases.append((f"larson {t} threads", ["larson", str(t), "1"]))
             bench_workloads(args, allocs, out, name, cases)
         elif name == "falseshare":
@@ -207,6 +266,10 @@ def main():
         elif name == "mem":
             bench_workloads(args, allocs, out, name,
                             [("1000 threads x 1000 objects", ["mem", "1000", "1000"])])
+        elif name == "bulk":
+            bench_bulk(args, allocs, out)
+        elif name == "concurrent":
+            bench_concurrent(args, allocs, out)
         else:
             bench_instructions(args, allocs, out)
     if args.json:

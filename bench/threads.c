@@ -11,6 +11,11 @@
  *                                     ITERS times, frees it, again: objects of
  *                                     different threads sharing a cache line slow
  *                                     every thread down
+ *   threads concurrent THREADS N      the seed "concurrent" test: THREADS threads, each
+ *                                     pinned to its own CPU, do N x alloc then N x
+ *                                     free for sizes 32 … 4096 at the same time; one
+ *                                     JSON line per size with the average TSC cycles
+ *                                     per operation of each phase
  *   threads mem THREADS OBJECTS       THREADS threads, all alive until the end,
  *                                     take turns allocating OBJECTS objects (16..256
  *                                     bytes) and freeing them: peak RSS shows what
@@ -24,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <x86intrin.h>
 #include <time.h>
 
 static double now(void) {
@@ -161,6 +167,31 @@ static void *mem_worker(void *arg) {
   return NULL;
 }
 
+/* --- concurrent: every CPU does N x alloc then N x free of one size at once --- */
+static pthread_barrier_t conc_barrier;
+static long conc_n;
+static size_t conc_size;
+static _Atomic uint64_t conc_alloc_cycles, conc_free_cycles;
+static void *concurrent(void *arg) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET((int)(uintptr_t)arg, &one);
+  sched_setaffinity(0, sizeof one, &one);
+  void **v = malloc(sizeof(void *) * (size_t)conc_n);
+  pthread_barrier_wait(&conc_barrier);
+  uint64_t t0 = __rdtsc();
+  for (long i = 0; i < conc_n; i++) v[i] = malloc(conc_size);
+  uint64_t t1 = __rdtsc();
+  pthread_barrier_wait(&conc_barrier);
+  uint64_t t2 = __rdtsc();
+  for (long i = 0; i < conc_n; i++) free(v[i]);
+  uint64_t t3 = __rdtsc();
+  free(v);
+  atomic_fetch_add(&conc_alloc_cycles, t1 - t0);
+  atomic_fetch_add(&conc_free_cycles, t3 - t2);
+  return NULL;
+}
+
 static void run(void *(*fn)(void *), int n, uintptr_t arg_base, pthread_t *ts) {
   pthread_attr_t attr; /* small stacks: RSS should show heaps, not stacks */
   pthread_attr_init(&attr);
@@ -201,6 +232,24 @@ int main(int argc, char **argv) {
     fs_iters = (long)arg;
     run(falseshare, nthreads, 0, ts);
     for (int i = 0; i < nthreads; i++) pthread_join(ts[i], NULL);
+  } else if (!strcmp(what, "concurrent")) {
+    conc_n = (long)arg;
+    static const size_t sizes[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+      conc_size = sizes[k];
+      atomic_store(&conc_alloc_cycles, 0);
+      atomic_store(&conc_free_cycles, 0);
+      pthread_barrier_init(&conc_barrier, NULL, (unsigned)nthreads);
+      run(concurrent, nthreads, 0, ts);
+      for (int i = 0; i < nthreads; i++) pthread_join(ts[i], NULL);
+      pthread_barrier_destroy(&conc_barrier);
+      double ops = (double)conc_n * nthreads;
+      printf("{\"workload\": \"concurrent\", \"threads\": %d, \"size\": %zu, "
+             "\"alloc_cycles\": %.1f, \"free_cycles\": %.1f}\n",
+             nthreads, conc_size, (double)atomic_load(&conc_alloc_cycles) / ops,
+             (double)atomic_load(&conc_free_cycles) / ops);
+    }
+    return 0;
   } else if (!strcmp(what, "mem")) {
     mem_objects = (long)arg;
     pthread_barrier_init(&mem_barrier, NULL, (unsigned)nthreads);
