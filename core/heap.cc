@@ -192,52 +192,69 @@ size_t alloc_bulk(size_t size, size_t n, void** out) {
   return n;
 }
 
-void free_bulk(size_t n, void* const* ptrs) {
-  // Runs of objects of one class (the usual bulk free) go as one batch each; a
-  // pointer in the same slab as the previous one needs no page-map lookup.
+namespace {
+
+// The state of free_bulk: the current run of objects of one class, and the slab of
+// the previous pointer with its fields in locals (the loop's hot data).
+struct BulkFree {
   void* run[kMaxBatch];
   size_t len = 0;
   unsigned run_cls = 0;
-  ObjCache* cache = nullptr;
-  // The slab of the previous pointer, its fields in locals (the loop's hot data).
+  bool poison = false;  // the run's class is a cache that poisons freed objects
+  const ObjCache* cache = nullptr;
   const char* start = nullptr;
   uint64_t bytes = 0, inv = 0, limit = 0, mask = 0;
+
+  void flush() {
+    if (len) free_bulk_class(run_cls, run, len);
+    len = 0;
+  }
+  void add(void* p) {
+    if (poison) obj_cache_on_free(cache, p);
+    if (len == kMaxBatch) flush();
+    run[len++] = p;
+  }
+  // p is not an object of the current slab: look it up.
+  __attribute__((noinline)) void other(void* p) {
+    uintptr_t e = PageMap::entry(p);
+    unsigned cls = e & PageMap::kClassMask;
+    Span* slab = slab_of(p, e);
+    const ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
+    if (!slab || (cls >= kFirstCacheClass && !c)) {
+      free(p);  // large, huge, or invalid (reported there)
+      return;
+    }
+    start = slab->start;
+    bytes = slab->bytes();
+    inv = slab->div_inv;
+    limit = slab->div_limit;
+    mask = slab->div_mask;
+    if (cls != run_cls) {
+      flush();
+      run_cls = cls;
+      cache = c;
+      poison = c && (c->flags & kCachePoison);
+    }
+    add(p);
+  }
+};
+
+}  // namespace
+
+void free_bulk(size_t n, void* const* ptrs) {
+  // Runs of objects of one class (the usual bulk free) go as one batch each; a
+  // pointer in the same slab as the previous one needs no page-map lookup.
+  BulkFree b;
   for (size_t i = 0; i < n; i++) {
     void* p = ptrs[i];
     if (!p) continue;
-    uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - start);
-    if (off >= bytes) {
-      uintptr_t e = PageMap::entry(p);
-      unsigned cls = e & PageMap::kClassMask;
-      Span* slab = slab_of(p, e);
-      cache = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
-      if (!slab || (cls >= kFirstCacheClass && !cache)) {
-        bytes = 0;
-        free(p);  // large, huge, or invalid (reported there)
-        continue;
-      }
-      start = slab->start;
-      bytes = slab->bytes();
-      inv = slab->div_inv;
-      limit = slab->div_limit;
-      mask = slab->div_mask;
-      if (cls != run_cls) {
-        if (len) free_bulk_class(run_cls, run, len);
-        run_cls = cls;
-        len = 0;
-      }
-    } else if (!exact_start(off, inv, limit, mask)) {
-      free(p);  // an interior pointer: reported there
-      continue;
-    }
-    if (cache) obj_cache_on_free(cache, p);
-    if (len == kMaxBatch) {
-      free_bulk_class(run_cls, run, len);
-      len = 0;
-    }
-    run[len++] = p;
+    uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - b.start);
+    if (__builtin_expect(off < b.bytes && exact_start(off, b.inv, b.limit, b.mask), 1))
+      b.add(p);
+    else
+      b.other(p);
   }
-  if (len) free_bulk_class(run_cls, run, len);
+  b.flush();
 }
 
 ObjCache* cache_create(const char* name, size_t size, size_t align, unsigned flags,
