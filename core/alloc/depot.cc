@@ -1,6 +1,7 @@
 // core/alloc/depot.cc — full/empty sheaf lists per class; see depot.h for locking.
 #include "core/alloc/depot.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/alloc/meta_arena.h"
@@ -26,6 +27,7 @@ size_t Depot::take(unsigned cls, void** out, size_t n) {
     }
     full_ = s->next;
     nfull_--;
+    if (nfull_ < low_water_) low_water_ = nfull_;
     size_t k = s->count;
     objects_ -= k;
     memcpy(out, s->objs, k * sizeof(void*));
@@ -69,8 +71,18 @@ void Depot::give(unsigned cls, void* const* objs, size_t n) {
   g_central[cls].free_batch(cls, objs, n);
 }
 
-void Depot::flush(unsigned cls) {
-  for (;;) {
+void Depot::flush(unsigned cls) { release(cls, ~uint32_t{0}); }
+
+void Depot::decay(unsigned cls) {
+  lock_.lock();
+  uint32_t idle = low_water_;
+  low_water_ = nfull_ - (idle < nfull_ ? idle : nfull_);
+  lock_.unlock();
+  if (idle) release(cls, idle);
+}
+
+void Depot::release(unsigned cls, uint32_t sheaves) {
+  for (; sheaves; sheaves--) {
     lock_.lock();
     Sheaf* s = full_;
     if (!s) {
@@ -79,6 +91,7 @@ void Depot::flush(unsigned cls) {
     }
     full_ = s->next;
     nfull_--;
+    if (nfull_ < low_water_) low_water_ = nfull_;
     objects_ -= s->count;
     void* batch[kMaxBatch];
     size_t k = s->count;
@@ -88,6 +101,18 @@ void Depot::flush(unsigned cls) {
     lock_.unlock();
     g_central[cls].free_batch(cls, batch, k);
   }
+}
+
+void depot_maybe_decay() {
+  static constinit std::atomic<uint64_t> next_tick_ms{0};
+  uint64_t now = os::now_ms();
+  uint64_t next = next_tick_ms.load(std::memory_order_relaxed);
+  if (now < next) return;
+  uint64_t period = g_config.decay_ms / 4 ? g_config.decay_ms / 4 : 1;
+  if (!next_tick_ms.compare_exchange_strong(next, now + period, std::memory_order_relaxed))
+    return;  // another thread runs this tick
+  if (next == 0) return;  // the first call only starts the clock
+  for (unsigned cls = 1; cls < kMaxClasses; cls++) g_depot[cls].decay(cls);
 }
 
 DepotStats Depot::stats() {

@@ -5,7 +5,11 @@
 // A per-CPU refill takes one full sheaf (one lock, one copy); a drain leaves one.
 // Only when the depot has no full sheaf does a refill go to the central slab lists,
 // and then for a whole batch; a drain that finds the depot at its bound frees the
-// batch to the slabs (grouped by slab, one class lock per batch).
+// batch to the slabs (grouped by slab, one class lock per batch). The bound is
+// 256 KiB of objects per class. Idle sheaves decay: every tick (a quarter of
+// decay_ms, driven by the per-CPU slow paths), the sheaves that stayed in the depot
+// through the whole last interval (its low-water mark) go back to the slabs, as
+// tcmalloc's transfer cache is plundered.
 //
 // Locking: Depot::lock guards both lists and the counters of its class. Order:
 // per-CPU lock → depot lock → central class lock → page heap. Sheaf records come
@@ -43,9 +47,17 @@ class Depot {
   void give(unsigned cls, void* const* objs, size_t n);
   // Every object held here back to the slabs (trim).
   void flush(unsigned cls);
+  // The decay tick: sheaves unused since the last tick back to the slabs.
+  void decay(unsigned cls);
 
   DepotStats stats();
   Mutex& lock() { return lock_; }
+
+ private:
+  // Up to `sheaves` full sheaves back to the slabs.
+  void release(unsigned cls, uint32_t sheaves);
+
+ public:
   void reset_after_fork() { lock_.reset_after_fork(); }
 
  private:
@@ -53,6 +65,7 @@ class Depot {
   Sheaf* full_ = nullptr;
   Sheaf* empty_ = nullptr;
   uint32_t nfull_ = 0;
+  uint32_t low_water_ = 0;  // fewest full sheaves since the last decay tick
   size_t objects_ = 0;
   uint64_t hits_ = 0, misses_ = 0, spills_ = 0;
 };
@@ -63,10 +76,13 @@ Mutex& depot_sheaf_pool_lock();
 // Batch size of a class: objects per refill/drain (2 … kMaxBatch, about 16 KiB).
 inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
 
-// Full sheaves a depot keeps at most (about 256 KiB of objects, 1 … 32 sheaves).
+// Full sheaves a depot keeps at most (256 KiB of objects, at least one sheaf).
 inline uint32_t depot_max_full(unsigned cls) {
   size_t n = 262144 / (size_t{batch_size(cls)} * class_size(cls));
-  return static_cast<uint32_t>(n < 1 ? 1 : n > 32 ? 32 : n);
+  return static_cast<uint32_t>(n < 1 ? 1 : n);
 }
+
+// Runs the depots' decay tick when it is due (cheap otherwise); called from slow paths.
+void depot_maybe_decay();
 
 }  // namespace uslab

@@ -24,6 +24,7 @@ struct CpuMeta {
   uint32_t clock;            // next class the capacity thief looks at
   uint64_t missed[kMaxClasses / 64];  // bit per class: missed since the thief last passed
   size_t capacity_bytes;     // sum over classes of capacity × size
+  uint32_t misses;           // all misses, for the depots' decay clock
   uint64_t grows, steals, drains;
 };
 
@@ -111,7 +112,9 @@ void on_miss(uint32_t c, unsigned cls) {
       m.grows++;
     }
   }
+  bool tick = ++m.misses % 64 == 0;
   m.lock.unlock();
+  if (tick) depot_maybe_decay();
 }
 
 // Puts buf[0..n) on the current CPU's sheaf as far as it has room; the rest goes
