@@ -88,14 +88,23 @@ void free_slow(void* p, uintptr_t e) {
     report_bad_free(p, "free of invalid pointer", 0);
 }
 
+namespace {
+
+// The size class serving size bytes aligned to align, or 0 for a large allocation:
+// a class whose size is a multiple of align (its objects, laid out from a
+// page-aligned slab start, are all aligned). Class 8 is only 8-aligned.
+unsigned aligned_class(size_t size, size_t align) {
+  if (size > kMaxSmall || align > kPageSize) return 0;
+  for (unsigned cls = size_to_class(size > align ? size : align); cls < kNumClasses; cls++)
+    if (class_size(cls) % align == 0) return cls;
+  return 0;
+}
+
+}  // namespace
+
 void* alloc_aligned(size_t size, size_t align) {
-  if (align <= 16) return alloc(size < align ? align : size);  // class 8 is only 8-aligned
-  if (align <= kPageSize && size <= kMaxSmall) {
-    // A class whose size is a multiple of align: its objects, laid out from a
-    // page-aligned slab start, are all aligned.
-    for (unsigned cls = size_to_class(size > align ? size : align); cls < kNumClasses; cls++)
-      if (class_size(cls) % align == 0) return alloc_class(cls);
-  }
+  if (align <= 16) return alloc(size < align ? align : size);
+  if (unsigned cls = aligned_class(size, align)) return alloc_class(cls);
   return alloc_large(size, align > kPageSize ? align : kPageSize, nullptr);
 }
 
@@ -118,6 +127,44 @@ size_t usable_size(const void* p) {
   return 0;
 }
 
+namespace {
+
+// Resizes large span l (object p) in place to `size` bytes when its pages allow;
+// false when the object must move.
+bool large_resize_in_place(Span* l, size_t size) {
+  if (size <= kMaxSmall || size > kMaxRequest) return false;
+  size_t want = pages_for(size);
+  // A huge mapping is kept while the object still fills at least half of it.
+  if (is_huge(l)) return size <= l->bytes() && size >= l->bytes() / 2;
+  if (want <= l->npages) {
+    if (want < l->npages) g_page_heap.shrink(l, want);
+    return true;
+  }
+  return g_page_heap.try_grow(l, want);
+}
+
+}  // namespace
+
+size_t resize_in_place(void* p, size_t size) {
+  uintptr_t e = PageMap::entry(p);
+  if (Span* s = slab_of(p, e)) return s->obj_size;
+  if (Span* l = large_of(p, e)) {
+    large_resize_in_place(l, size);
+    return l->bytes();
+  }
+  config_init();
+  report_bad_free(p, "resize of invalid pointer", 0);
+  return 0;
+}
+
+size_t usable_size_for(size_t size, size_t align) {
+  if (size > kMaxRequest || align > kMaxRequest) return 0;
+  if (size == 0) size = 1;
+  if (align < 16 && size < align) size = align;
+  if (unsigned cls = aligned_class(size, align < 16 ? 1 : align)) return class_size(cls);
+  return pages_for(size) << kPageShift;
+}
+
 void* realloc(void* p, size_t size) {
   if (!p) return alloc(size);
   if (size == 0) {
@@ -131,18 +178,7 @@ void* realloc(void* p, size_t size) {
     old_size = s->obj_size;
   } else if (Span* l = large_of(p, e)) {
     old_size = l->bytes();
-    size_t want = pages_for(size);
-    if (size > kMaxSmall && size <= kMaxRequest) {
-      if (is_huge(l)) {
-        // Keep the mapping while the object still fills at least half of it.
-        if (size <= old_size && size >= old_size / 2) return p;
-      } else if (want <= l->npages) {
-        if (want < l->npages) g_page_heap.shrink(l, want);
-        return p;
-      } else if (g_page_heap.try_grow(l, want)) {
-        return p;
-      }
-    }
+    if (large_resize_in_place(l, size)) return p;
   } else {
     config_init();
     report_bad_free(p, "realloc of invalid pointer", 0);
@@ -319,6 +355,8 @@ void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
   }
   if (len) free_bulk_class(c->cls, run, len);
 }
+
+void flush_thread_cache() { thread_cache_flush_mine(); }
 
 size_t trim() {
   config_init();

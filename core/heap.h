@@ -34,6 +34,12 @@ void* alloc_aligned(size_t size, size_t align);
 void* alloc_zeroed(size_t size);
 void* realloc(void* p, size_t size);
 size_t usable_size(const void* p);
+// jemalloc's xallocx: resizes p in place to hold size bytes when its slab or span
+// allows; returns its usable size afterwards (0 for an invalid pointer, reported).
+size_t resize_in_place(void* p, size_t size);
+// jemalloc's nallocx: the usable size alloc_aligned(size, align) would give (0 when
+// it could not be had).
+size_t usable_size_for(size_t size, size_t align);
 
 // The front end is chosen once, at the first allocation: per-CPU sheaves (rseq)
 // or per-thread caches; until then g_percpu is false and the thread cache's slow
@@ -99,8 +105,11 @@ void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs);
 // True when uslab has a span at p's page (p may still be an interior pointer).
 inline bool owns(const void* p) { return PageMap::entry(p) != 0; }
 
-// malloc_trim: flush this thread's cache, release spare slabs, purge free pages.
+// malloc_trim: flush this thread's cache and every CPU's sheaves, release spare
+// slabs, purge free pages.
 size_t trim();
+// Flush the calling thread's cache (per-thread mode; nothing to do per CPU).
+void flush_thread_cache();
 
 struct Stats {
   size_t mapped;          // segment bytes mapped
