@@ -18,11 +18,10 @@ namespace {
 struct mallinfo2 fill() {
   heap::Stats st = heap::stats();
   struct mallinfo2 mi = {};
-  size_t allocated = st.small_allocated + st.large_allocated + st.huge_allocated;
   mi.arena = st.mapped - st.huge_allocated;
   mi.hblks = st.huge_count;
   mi.hblkhd = st.huge_allocated;
-  mi.uordblks = allocated;
+  mi.uordblks = st.allocated;
   mi.fordblks = st.free_bytes;
   mi.keepcost = st.dirty_bytes;
   return mi;
@@ -63,8 +62,7 @@ USLAB_EXPORT int malloc_info(int options, FILE* fp) {
           "<total type=\"dirty\" size=\"%zu\"/>\n"
           "<total type=\"returned\" size=\"%zu\"/>\n"
           "</malloc>\n",
-          st.mapped, st.small_allocated + st.large_allocated + st.huge_allocated,
-          st.free_bytes, st.dirty_bytes, st.purged_bytes);
+          st.mapped, st.allocated, st.free_bytes, st.dirty_bytes, st.purged_bytes);
   return 0;
 }
 

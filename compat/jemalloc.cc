@@ -146,16 +146,15 @@ USLAB_EXPORT int mallctl(const char* name, void* oldp, size_t* oldlenp, void* ne
     return 0;
   }
   const heap::Stats& st = snapshot();
-  size_t allocated = st.small_allocated + st.large_allocated + st.huge_allocated;
   size_t value;
   if (is("stats.allocated"))
-    value = allocated;
+    value = st.allocated;
   else if (is("stats.active"))
-    value = st.small_slab_bytes + st.large_allocated + st.huge_allocated;
+    value = st.active;
   else if (is("stats.metadata"))
     value = st.metadata;
   else if (is("stats.resident"))
-    value = st.mapped - (st.free_bytes - st.dirty_bytes) + st.metadata;
+    value = st.resident;
   else if (is("stats.mapped"))
     value = st.mapped;
   else if (is("stats.retained"))

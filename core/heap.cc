@@ -408,8 +408,18 @@ Stats stats() {
   st.free_bytes = ph.free_bytes;
   st.dirty_bytes = ph.dirty_bytes;
   st.purged_bytes = ph.purged_bytes;
+  st.allocated = st.small_allocated + st.large_allocated + st.huge_allocated;
+  st.active = st.small_slab_bytes + st.large_allocated + st.huge_allocated;
+  st.resident = st.mapped - (st.free_bytes - st.dirty_bytes) + st.metadata;
   return st;
 }
+
+int mode() {
+  percpu_decide();
+  return g_percpu ? static_cast<int>(rseq_mode()) : 0;
+}
+
+unsigned cpus_in_use() { return g_percpu ? percpu_stats().cpus_used : 0; }
 
 void stats_print(void (*write)(void*, const char*), void* opaque) {
   char line[256];

@@ -126,8 +126,17 @@ struct Stats {
   size_t cpu_cached;      // bytes in per-CPU sheaves
   size_t depot_cached;    // bytes in depot sheaves
   size_t thread_cached;   // bytes in thread caches
+  // Derived totals (what jemalloc's stats.* and uslab_stats_get report):
+  size_t allocated;       // small + large + huge live bytes
+  size_t active;          // slabs, large spans and huge objects holding them
+  size_t resident;        // mapped minus purged free pages, plus metadata (estimate)
+  size_t cached() const { return cpu_cached + depot_cached + thread_cached; }
 };
 Stats stats();
+// The fast-path mode (0 per-thread, 1 per-CPU via glibc's rseq, 2 via uslab's) and
+// the number of CPUs whose sheaves are in use.
+int mode();
+unsigned cpus_in_use();
 
 // Writes the slabinfo-style table through `write` (no allocation).
 void stats_print(void (*write)(void* opaque, const char* text), void* opaque);

@@ -24,6 +24,27 @@ const char *uslab_version(void);
  * Allocates nothing, so it may be called from a signal-free context at any time. */
 void uslab_stats_print(void (*write_cb)(void *opaque, const char *text), void *opaque);
 
+/* Numbers for programs (the same the statistics table prints). */
+typedef struct uslab_stats {
+  size_t allocated;  /* bytes in live objects */
+  size_t active;     /* bytes of slabs, large spans and huge mappings holding them */
+  size_t resident;   /* estimate: mapped minus purged free pages, plus metadata */
+  size_t mapped;     /* bytes of segments mapped */
+  size_t metadata;   /* bytes of uslab's own descriptors and caches */
+  size_t cached;     /* bytes of free objects in CPU sheaves, depots, thread caches */
+  size_t returned;   /* bytes returned to the OS so far (cumulative) */
+  unsigned mode;     /* USLAB_MODE_* below */
+  unsigned cpus;     /* CPUs whose sheaves are in use (per-CPU modes) */
+} uslab_stats_t;
+
+#define USLAB_MODE_PER_THREAD 0   /* per-thread caches */
+#define USLAB_MODE_PERCPU_GLIBC 1 /* per-CPU sheaves, glibc's rseq registration */
+#define USLAB_MODE_PERCPU_OWN 2   /* per-CPU sheaves, uslab's rseq registration */
+
+/* Fills *out; size is sizeof(uslab_stats_t) as the caller was compiled (fields
+ * added later are left out for older callers). 0, or -1 with errno = EINVAL. */
+int uslab_stats_get(uslab_stats_t *out, size_t size);
+
 /* Returns cached free memory to the OS now (as malloc_trim(0)); bytes released. */
 size_t uslab_trim(void);
 

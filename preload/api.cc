@@ -2,6 +2,9 @@
 // Locking: none here; see core/heap.h.
 #include "include/uslab.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include "core/heap.h"
 #include "preload/export.h"
 
@@ -14,6 +17,26 @@ USLAB_EXPORT void uslab_stats_print(void (*write_cb)(void*, const char*), void* 
 }
 
 USLAB_EXPORT size_t uslab_trim(void) { return uslab::heap::trim(); }
+
+USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
+  if (!out || size == 0 || size > sizeof(uslab_stats_t)) {
+    errno = EINVAL;
+    return -1;
+  }
+  uslab::heap::Stats st = uslab::heap::stats();
+  uslab_stats_t s = {};
+  s.allocated = st.allocated;
+  s.active = st.active;
+  s.resident = st.resident;
+  s.mapped = st.mapped;
+  s.metadata = st.metadata;
+  s.cached = st.cached();
+  s.returned = st.purged_bytes;
+  s.mode = static_cast<unsigned>(uslab::heap::mode());
+  s.cpus = uslab::heap::cpus_in_use();
+  memcpy(out, &s, size);
+  return 0;
+}
 
 namespace {
 uslab::ObjCache* of(uslab_cache_t* c) { return reinterpret_cast<uslab::ObjCache*>(c); }

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""bench/ab.py — A/B runs of one command under uslab and other allocators (uslab ab).
+
+Runs CMD under each allocator, one warm-up run each, then RUNS measured runs per
+allocator, alternating the order run by run. Each run goes through bench/spawn
+(wall, user and sys seconds, peak RSS and minor page faults of the command itself,
+from wait4's rusage) and, where `perf stat` can count them on this machine,
+hardware counters (cycles, instructions, cache misses). Prints one table: median and
+min-max of each measure, and the ratio of uslab's median to the first competitor's.
+
+A run that exits non-zero, or whose standard output differs from the first
+allocator's warm-up run, is flagged and left out of the medians. When the output
+already differs between runs under one allocator, the program is taken to print
+run-dependent output and the comparison is switched off (with a note). A program
+that brings its own allocator gets a warning: preloading may not measure what it
+seems.
+
+usage: ab.py --spawn PATH --lib ALLOC=PATH... [-n RUNS] [--json FILE] -- CMD...
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ALLOCATOR_LIBS = ("libjemalloc", "libtcmalloc", "libmimalloc", "libsnmalloc", "libhoard")
+HW_EVENTS = ("cycles", "instructions", "cache-misses")
+
+
+def bundled_allocator(cmd0):
+    """A reason to warn when the program links or defines its own malloc, else None."""
+    exe = shutil.which(cmd0)
+    if not exe:
+        return None
+    try:
+        ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+        for lib in ALLOCATOR_LIBS:
+            if lib in ldd:
+                return f"{cmd0} links {lib}"
+        nm = subprocess.run(["nm", "-D", "--defined-only", exe], capture_output=True,
+                            text=True).stdout
+        for line in nm.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "TtWi" and parts[2] in ("malloc", "free",
+                                                                        "je_malloc"):
+                return f"{cmd0} defines {parts[2]} itself"
+    except OSError:
+        return None
+    return None
+
+
+def perf_events():
+    """The hardware events perf stat can count here (empty when none)."""
+    if not shutil.which("perf"):
+        return []
+    r = subprocess.run(["perf", "stat", "-x,", "-e", ",".join(HW_EVENTS), "true"],
+                       capture_output=True, text=True)
+    ok = []
+    for line in r.stderr.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and f[2] in HW_EVENTS and not f[0].startswith("<"):
+            ok.append(f[2])
+    return ok
+
+
+def run_once(spawn, cmd, lib, events, tmp):
+    """One run; returns a dict of measures, the exit status and a hash of stdout."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if lib:
+        env["LD_PRELOAD"] = lib
+    tfile = os.path.join(tmp, "spawn.txt")
+    pfile = os.path.join(tmp, "perf.txt")
+    argv = [spawn, tfile] + cmd
+    if events:
+        argv = ["perf", "stat", "-x,", "-o", pfile, "-e", ",".join(events), "--"] + argv
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    with open(tfile) as f:
+        wall, user, sys_, rss, minor, status = f.read().split()[:6]
+    run = {"wall_s": int(wall) / 1e6, "user_s": int(user) / 1e6, "sys_s": int(sys_) / 1e6,
+           "peak_rss_mib": int(rss) / 1024, "minor_faults": int(minor)}
+    if events and os.path.exists(pfile):
+        with open(pfile) as f:
+            for line in f:
+                p = line.split(",")
+                if len(p) > 2 and p[2] in events and p[0].replace(".", "").isdigit():
+                    run[p[2]] = float(p[0])
+    return run, int(status), hashlib.sha256(proc.stdout).hexdigest()
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="uslab ab")
+    ap.add_argument("--spawn", required=True, help="the bench/spawn launcher")
+    ap.add_argument("--lib", action="append", required=True, help="NAME=PATH ('' for glibc)")
+    ap.add_argument("-n", type=int, default=10)
+    ap.add_argument("--json")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = ap.parse_args()
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        sys.exit("usage: uslab ab [-n RUNS] [--vs ALLOCATOR]... [--json FILE] -- CMD...")
+    allocs = dict(spec.split("=", 1) for spec in args.lib)
+    names = list(allocs)
+    why = bundled_allocator(cmd[0])
+    if why:
+        print(f"uslab ab: warning: {why}; the comparison may not measure what it seems",
+              file=sys.stderr)
+    events = perf_events()
+    runs = {a: [] for a in names}
+    flagged = []
+    compare = True
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = {}
+        for a in names:  # warm-up
+            print(f"uslab ab: warm-up: {a}", file=sys.stderr)
+            _, status, digest = run_once(args.spawn, cmd, allocs[a], events, tmp)
+            reference[a] = digest
+        ref = reference[names[0]]
+        total = args.n * len(names)
+        done = 0
+        for i in range(args.n):
+            for a in (names if i % 2 == 0 else names[::-1]):
+                done += 1
+                print(f"uslab ab: [{done}/{total}] {a}", file=sys.stderr)
+                run, status, digest = run_once(args.spawn, cmd, allocs[a], events, tmp)
+                run.update(allocator=a, round=i, status=status)
+                if compare and a == names[0] and digest != ref:
+                    compare = False  # one allocator, two outputs: run-dependent output
+                problem = None
+                if status != 0:
+                    problem = f"exit status {status}"
+                elif compare and digest != ref and a != names[0]:
+                    problem = "output differs from the first allocator's"
+                if problem:
+                    run["flag"] = problem
+                    flagged.append(run)
+                else:
+                    runs[a].append(run)
+    measures = ["wall_s", "user_s", "sys_s", "peak_rss_mib", "minor_faults"] + events
+    peer = names[1] if len(names) > 1 else None
+    print(f"Command: {' '.join(cmd)}\nRuns: {args.n} per allocator after one warm-up, "
+          f"alternating\n")
+    print("| measure | " + " | ".join(f"{a} median (min-max)" for a in names) +
+          (f" | {names[0]}/{peer} |" if peer else " |"))
+    print("|" + "---|" * (1 + len(names) + (1 if peer else 0)))
+    for m in measures:
+        cells, med = [], {}
+        for a in names:
+            v = [r[m] for r in runs[a] if m in r]
+            if not v:
+                cells.append("—")
+                continue
+            med[a] = statistics.median(v)
+            fmt = "{:.3f}" if m.endswith("_s") else "{:.1f}" if m == "peak_rss_mib" else "{:.0f}"
+            cells.append(f"{fmt.format(med[a])} ({fmt.format(min(v))}-{fmt.format(max(v))})")
+        ratio = ""
+        if peer:
+            ratio = f" | {med[names[0]] / med[peer]:.2f}" if med.get(peer) else " | —"
+        print(f"| {m} | " + " | ".join(cells) + ratio + " |")
+    print()
+    if not events:
+        print("Note: perf cannot count hardware events on this machine (cycles, "
+              "instructions, cache misses left out).")
+    if not compare:
+        print("Note: the output differs between runs under one allocator; outputs were "
+              "not compared.")
+    for r in flagged:
+        print(f"Flagged: {r['allocator']} run {r['round'] + 1}: {r['flag']} (left out)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": cmd, "runs": [r for a in names for r in runs[a]] + flagged},
+                      f, indent=1)
+    return 1 if flagged and all(not runs[a] for a in names) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

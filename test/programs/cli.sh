@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# test/programs/cli.sh TOOLS_USLAB BUILD_DIR — each uslab subcommand on real programs:
+# run and stats on sort (output equal to sort's without uslab; the table names the
+# mode), path, ab on a deterministic program (table with ratios), on a failing one
+# (runs flagged, non-zero exit) and on one whose output changes every run (the
+# comparison switched off with a note), and bench on its quickest benchmark.
+set -u
+uslab=$1
+export USLAB_BUILD=$2
+fail=0; total=0
+check() { total=$((total+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAILED: $2"; fi; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+seq 1 20000 | awk '{print ($1 * 7919) % 10007, $1}' > "$work/data"
+
+lib=$("$uslab" path)
+check '[ "$lib" = "$USLAB_BUILD/libuslab.so" ] && [ -f "$lib" ]' "path prints the library ($lib)"
+
+sort -n "$work/data" > "$work/plain.out"
+"$uslab" run -- sort -n "$work/data" > "$work/run.out" 2>"$work/run.err"
+check 'cmp -s "$work/plain.out" "$work/run.out"' "run: sort's output under uslab equals plain sort's"
+"$uslab" run --allocator jemalloc -- sort -n "$work/data" > "$work/je.out" 2>/dev/null
+check 'cmp -s "$work/plain.out" "$work/je.out"' "run --allocator jemalloc works"
+
+"$uslab" stats -- sort -n "$work/data" > "$work/stats.out" 2>"$work/stats.err"
+check 'cmp -s "$work/plain.out" "$work/stats.out"' "stats: output unchanged"
+check 'grep -q "^uslab stats (mode: " "$work/stats.err"' "stats: table on stderr ($(head -c 300 "$work/stats.err"))"
+check 'grep -q "^cached: " "$work/stats.err"' "stats: totals printed"
+
+"$uslab" ab -n 2 --json "$work/ab.json" -- sort -n "$work/data" > "$work/ab.out" 2>"$work/ab.err"
+rc=$?
+check '[ $rc -eq 0 ]' "ab on sort exits 0 (rc=$rc: $(tail -3 "$work/ab.err"))"
+check 'grep -q "| wall_s | " "$work/ab.out" && grep -q "uslab/jemalloc" "$work/ab.out"' "ab prints the table ($(cat "$work/ab.out"))"
+check '! grep -q "^Flagged" "$work/ab.out"' "ab flags nothing for a deterministic program"
+check 'python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d[\"runs\"]) == 4" "$work/ab.json"' "ab --json writes the raw runs"
+check 'grep -q "\[4/4\]" "$work/ab.err"' "ab shows progress"
+
+"$uslab" ab -n 2 -- sh -c 'exit 3' > "$work/fail.out" 2>/dev/null
+rc=$?
+check '[ $rc -ne 0 ]' "ab on a failing program exits non-zero"
+check '[ $(grep -c "^Flagged: .*exit status 3" "$work/fail.out") -eq 4 ]' "ab flags every failing run ($(cat "$work/fail.out"))"
+
+"$uslab" ab -n 2 -- sh -c 'date +%s%N' > "$work/rand.out" 2>/dev/null
+check 'grep -q "outputs were not compared" "$work/rand.out"' "ab notes run-dependent output"
+check '! grep -q "^Flagged" "$work/rand.out"' "ab does not flag run-dependent output"
+
+"$uslab" bench bulk --rounds 1 > "$work/bench.out" 2>/dev/null
+check 'grep -q "^| 64 | " "$work/bench.out"' "bench bulk prints its table ($(head -c 400 "$work/bench.out"))"
+
+echo "cli: $total checks, $fail failed"
+[ $fail -eq 0 ]
