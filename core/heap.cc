@@ -43,6 +43,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   if (size == 0) size = 1;
   size_t npages = pages_for(size);
   size_t align_pages = align > kPageSize ? align >> kPageShift : 1;
+  USLAB_PROBE(large_alloc, size, align);
   if (npages + align_pages - 1 <= PageHeap::kMaxPages) {
     bool z;
     Span* s = g_page_heap.alloc(npages, align_pages, SpanKind::kLarge, &z);

@@ -43,6 +43,7 @@ Span* CentralList::new_slab(unsigned cls) {
   memset(s->bitmap, 0, sizeof s->bitmap);
   for (size_t i = 0; i < info.objects / 64; i++) s->bitmap[i] = ~uint64_t{0};
   if (info.objects % 64) s->bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
+  USLAB_PROBE(slab_grow, cls, s->start);
   if (cls >= kFirstCacheClass) obj_cache_init_slab(cls, s->start, info.objects);
   for (uint32_t i = 0; i < s->npages; i++) PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);
   return s;
@@ -137,6 +138,7 @@ void CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
       if (!spare_) {
         spare_ = s;
       } else {
+        USLAB_PROBE(slab_release, cls, s->start);
         slabs_--;
         free_objects_ -= s->capacity;
         empties[nempty++] = s;

@@ -277,6 +277,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
         continue;
       }
       if (!s->dirty) continue;
+      USLAB_PROBE(page_purge, s->start, s->bytes());
       os::purge(s->start, s->bytes());
       dirty_pages_ -= s->npages;
       s->dirty = 0;

@@ -172,6 +172,7 @@ void* percpu_alloc_slow(unsigned cls) {
   on_miss(c, cls);
   void* buf[kMaxBatch];
   size_t n = g_depot[cls].take(cls, buf, batch_size(cls));
+  USLAB_PROBE(sheaf_refill, cls, n);
   if (n == 0) return os::fail_nomem();
   void* obj = buf[--n];
   push_or_give(cls, buf, n);
@@ -196,6 +197,7 @@ void percpu_free_slow(void* p, unsigned cls) {
     // Full: a batch from the top goes to the depot, then p fits.
     void* buf[kMaxBatch];
     long n = percpu_pop_batch(c, cls, buf, batch_size(cls));
+    USLAB_PROBE(sheaf_drain, cls, n);
     if (n > 0) g_depot[cls].give(cls, buf, static_cast<size_t>(n));
     if (n >= 0 && percpu_push_batch(c, cls, one, 1) == 1) return;
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/conformance/symbols.sh LIB — libuslab.so exports the whole malloc family,
 # the __libc_* aliases and all 20 C++ operator new/delete forms, and needs libc alone
-# at load time (no libstdc++, no libgcc_s).
+# at load time (no libstdc++, no libgcc_s), and carries its USDT probes.
 set -u
 lib=$1
 want="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc pvalloc
@@ -25,5 +25,11 @@ done
 needed=$(readelf -d "$lib" | awk '/NEEDED/{print $5}' | tr -d '[]')
 total=$((total+1))
 [ "$needed" = "libc.so.6" ] || { echo "libuslab.so needs more than libc: $needed"; fail=$((fail+1)); }
+# USDT probes on the slow paths (core/platform/probe.h), as readelf lists them.
+probes=$(readelf -n "$lib" | awk '/^ *Name: /{print $2}')
+for p in sheaf_refill sheaf_drain slab_grow slab_release page_purge large_alloc; do
+  total=$((total+1))
+  grep -qx "$p" <<<"$probes" || { echo "missing USDT probe: $p"; fail=$((fail+1)); }
+done
 echo "symbols: $total checks, $fail failed"
 [ $fail -eq 0 ]

@@ -1,0 +1,17 @@
+// core/platform/probe.h — USDT probes on the slow paths, for perf and bpftrace.
+//
+// Owns: USLAB_PROBE(name, a, b), a systemtap-style static probe "uslab:name" with two
+// integer arguments (a `nop` and an ELF note; nothing runs unless a tracer attaches).
+// `readelf -n libuslab.so` lists them; `perf probe -x libuslab.so sdt_uslab:NAME`
+// enables one. Without <sys/sdt.h> (Debian's systemtap-sdt-dev) they compile away.
+// Probes: sheaf_refill (class, objects), sheaf_drain (class, objects), slab_grow
+// (class, slab), slab_release (class, slab), page_purge (address, bytes),
+// large_alloc (bytes, alignment).
+#pragma once
+
+#if defined(__has_include) && __has_include(<sys/sdt.h>)
+#include <sys/sdt.h>
+#define USLAB_PROBE(name, a, b) STAP_PROBE2(uslab, name, a, b)
+#else
+#define USLAB_PROBE(name, a, b) ((void)(a), (void)(b))
+#endif
