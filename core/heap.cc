@@ -442,17 +442,19 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     out("uslab stats (mode: per-thread caches (%s); %zu thread caches)\n",
         g_config.percpu ? "rseq unavailable" : "forced by percpu=false", cached.ncaches);
   }
-  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s\n", "class", "size", "slabs",
-      "objects", "active", "cpu", "depot", "thread", "free", "depot-hit", "slab-out", "slab-in");
+  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s %9s %9s\n", "class", "size", "slabs",
+      "objects", "active", "cpu", "depot", "thread", "free", "refills", "drains", "depot-hit",
+      "slab-out", "slab-in");
   for (unsigned c = 1; c < kNumClasses; c++) {
     CentralStats cs = g_central[c].stats(c);
     if (cs.slabs == 0 && cs.batches_out == 0) continue;
     size_t used = cs.objects - cs.free_objects;
     size_t active = used > cached.total(c) ? used - cached.total(c) : 0;
     const DepotStats& d = cached.depot[c];
-    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %9zu %9zu %9zu\n", c,
+    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %9zu %9zu %9zu %9zu %9zu\n", c,
         (unsigned)class_size(c), cs.slabs, cs.objects, active, cached.cpu[c].cpu_objects,
-        d.objects, cached.thread[c], cs.free_objects, (size_t)d.hits, (size_t)cs.batches_out,
+        d.objects, cached.thread[c], cs.free_objects, (size_t)cached.cpu[c].refills,
+        (size_t)cached.cpu[c].drains, (size_t)d.hits, (size_t)cs.batches_out,
         (size_t)cs.batches_in);
   }
   struct CacheLines {
@@ -473,8 +475,9 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   out("small: %zu bytes in slabs, %zu allocated\n", st.small_slab_bytes, st.small_allocated);
   out("large: %zu bytes allocated; huge: %zu objects, %zu bytes\n", st.large_allocated,
       st.huge_count, st.huge_allocated);
-  out("pages: %zu mapped, %zu free (%zu dirty), %zu returned to the OS, %zu metadata\n",
-      st.mapped, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
+  out("pages: %zu mapped, %zu resident (estimate), %zu free (%zu dirty), %zu returned to the "
+      "OS, %zu metadata\n",
+      st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
 }
 
 namespace {

@@ -30,6 +30,10 @@ struct CpuMeta {
 
 constexpr uint32_t kNoCpu = ~uint32_t{0};
 
+// Per-class miss counters for the statistics (relaxed: slow paths only).
+constinit std::atomic<uint64_t> refills_[kMaxClasses];
+constinit std::atomic<uint64_t> drains_[kMaxClasses];
+
 constinit Mutex init_lock_;
 constinit std::atomic<bool> decided_{false};
 CpuMeta* meta_ = nullptr;
@@ -173,6 +177,7 @@ void* percpu_alloc_slow(unsigned cls) {
   void* buf[kMaxBatch];
   size_t n = g_depot[cls].take(cls, buf, batch_size(cls));
   USLAB_PROBE(sheaf_refill, cls, n);
+  refills_[cls].fetch_add(1, std::memory_order_relaxed);
   if (n == 0) return os::fail_nomem();
   void* obj = buf[--n];
   push_or_give(cls, buf, n);
@@ -198,6 +203,7 @@ void percpu_free_slow(void* p, unsigned cls) {
     void* buf[kMaxBatch];
     long n = percpu_pop_batch(c, cls, buf, batch_size(cls));
     USLAB_PROBE(sheaf_drain, cls, n);
+    drains_[cls].fetch_add(1, std::memory_order_relaxed);
     if (n > 0) g_depot[cls].give(cls, buf, static_cast<size_t>(n));
     if (n >= 0 && percpu_push_batch(c, cls, one, 1) == 1) return;
   }
@@ -285,6 +291,10 @@ void percpu_drain_class(unsigned cls) { drain_classes(cls, cls + 1); }
 void percpu_class_stats(PerCpuClassStats out[kMaxClasses]) {
   memset(out, 0, sizeof(PerCpuClassStats) * kMaxClasses);
   if (!g_percpu) return;
+  for (unsigned cls = 1; cls < kMaxClasses; cls++) {
+    out[cls].refills = refills_[cls].load(std::memory_order_relaxed);
+    out[cls].drains = drains_[cls].load(std::memory_order_relaxed);
+  }
   for (uint32_t c = 0; c < g_cpu_count; c++) {
     if (!__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) continue;
     for (unsigned cls = 1; cls < kMaxClasses; cls++) {

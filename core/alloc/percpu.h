@@ -105,6 +105,8 @@ void percpu_drain_class(unsigned cls);
 struct PerCpuClassStats {
   size_t cpu_objects;   // cached in CPU sheaves (racy sum)
   size_t cpu_capacity;  // sum of capacities
+  uint64_t refills;     // sheaf misses on allocation (a batch came in)
+  uint64_t drains;      // sheaf misses on free that moved a batch out
 };
 void percpu_class_stats(PerCpuClassStats out[kMaxClasses]);
 struct PerCpuStats {
