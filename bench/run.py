@@ -18,7 +18,12 @@ Benchmarks (default: all):
   instructions  instructions per malloc+free pair (valgrind callgrind, which has no
                 rseq: the per-thread fallback for uslab)
 
-usage: run.py --build DIR [NAME...] [--rounds N] [--json FILE] [--sizes S,S,...]
+With --plot DIR, PNG charts (matplotlib) of what ran: cycles per operation by size,
+per-object cost by bulk size, throughput and peak RSS by workload, peak RSS of the
+1000-thread test, per-phase cycles of the concurrent test.
+
+usage: run.py --build DIR [NAME...] [--rounds N] [--json FILE] [--plot DIR]
+              [--sizes S,S,...]
 """
 import argparse
 import json
@@ -223,6 +228,88 @@ def bench_instructions(args, allocs, out):
     print()
 
 
+def plot(out, directory):
+    """PNG charts of the results in `out` into directory; returns the files written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(directory, exist_ok=True)
+    files = []
+
+    def save(fig, name):
+        path = os.path.join(directory, name)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+
+    if "micro" in out:
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+        for ax, test in zip(axes, ("N x alloc", "N x free", "alloc/free pair")):
+            for alloc, res in out["micro"].items():
+                pts = sorted((int(k.split("/")[-1]), statistics.median(m for _, m, _ in v))
+                             for k, v in res.items() if k.rsplit("/", 1)[0] == test)
+                ax.plot([s for s, _ in pts], [c for _, c in pts], marker="o", label=alloc)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel("cycles per operation (median)")
+            ax.set_title(test)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].legend()
+        save(fig, "micro.png")
+    if "bulk" in out:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        series = {}
+        for key, v in out["bulk"].items():
+            alloc, test, n = key.split("/")
+            series.setdefault(f"{alloc} {test}", []).append((int(n), statistics.median(v)))
+        for label, pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([n for n, _ in pts], [c for _, c in pts], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("objects per bulk call")
+        ax.set_ylabel("cycles per object (alloc + free)")
+        ax.set_title("bulk alloc + free of 64-byte objects")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        save(fig, "bulk.png")
+    for name, measure, unit, scale in (("threads", "ops_per_sec", "M operations/s", 1e-6),
+                                       ("mem", "peak_rss_kib", "peak RSS (MiB)", 1 / 1024)):
+        if name not in out:
+            continue
+        res = out[name]
+        allocs = list(res)
+        labels = list(res[allocs[0]])
+        fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels) * len(allocs) / 3), 4.5))
+        width = 0.8 / len(allocs)
+        for i, alloc in enumerate(allocs):
+            vals = [statistics.median(r[measure] for r in res[alloc][l]) * scale for l in labels]
+            ax.bar([j + i * width for j in range(len(labels))], vals, width, label=alloc)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
+        ax.set_xticklabels(labels, rotation=15)
+        ax.set_ylabel(unit)
+        ax.set_title(name)
+        ax.legend()
+        save(fig, f"{name}.png")
+    if "concurrent" in out:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        for ax, phase in zip(axes, ("alloc", "free")):
+            for alloc in ("uslab", "jemalloc"):
+                pts = sorted((int(k.split("/")[2]), statistics.median(v))
+                             for k, v in out["concurrent"].items()
+                             if k.startswith(f"{alloc}/{phase}/"))
+                ax.plot([s for s, _ in pts], [c for _, c in pts], marker="o", label=alloc)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel("cycles per operation")
+            ax.set_title(f"every CPU at once: N x {phase}")
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        save(fig, "concurrent.png")
+    return files
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -232,6 +319,7 @@ def main():
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--sizes", default="8,16,32,64,128,256,512,1024,2048,4096,8192,16384")
     ap.add_argument("--json")
+    ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions"]
     names = args.names or known
@@ -275,6 +363,9 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+    if args.plot:
+        for path in plot(out, args.plot):
+            print(f"Chart: {path}")
 
 
 if __name__ == "__main__":
