@@ -242,6 +242,7 @@ bool drain_cpu(uint32_t c, CpuMeta& m, unsigned lo, unsigned hi) {
     for (uint32_t i = begin_of(cls); i < cur[cls]; i += kMaxBatch) {
       // Objects are the slots (begin, current].
       uint32_t k = cur[cls] - i < kMaxBatch ? cur[cls] - i : static_cast<uint32_t>(kMaxBatch);
+      sheaf_acquire(slots + i + 1, k);
       g_central[cls].free_batch(cls, slots + i + 1, k);
     }
   m.drains++;

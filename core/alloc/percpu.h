@@ -122,6 +122,23 @@ void percpu_fork_prepare();
 void percpu_fork_parent();
 void percpu_fork_child();
 
+// ThreadSanitizer cannot see that a restartable section orders what the freeing
+// thread did to an object before the allocating thread's use of it; in TSan builds
+// the sheaves say so (release on push, acquire on pop). Nothing otherwise.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+inline void sheaf_acquire(void* const* objs, size_t n) {
+  for (size_t i = 0; i < n; i++) __tsan_acquire(objs[i]);
+}
+inline void sheaf_release(void* const* objs, size_t n) {
+  for (size_t i = 0; i < n; i++) __tsan_release(objs[i]);
+}
+#else
+inline void sheaf_acquire(void* const*, size_t) {}
+inline void sheaf_release(void* const*, size_t) {}
+#endif
+
 #if defined(__x86_64__)
 
 // --- restartable sections (x86-64) ---------------------------------------------
@@ -129,12 +146,15 @@ void percpu_fork_child();
 // OPEN publishes this section's descriptor in rseq_cs and marks its start (1:);
 // CLOSE marks the end after the commit (2:) and places the abort handler, preceded
 // by the signature, out of line. The kernel clears rseq_cs when it aborts, so the
-// handler jumps to a C label that re-runs the whole asm statement. In every section
+// handler jumps to a C label that re-runs the whole asm statement. Both out-of-line
+// pieces join the section group of the function they are expanded in ("?"), so
+// when the linker drops a duplicate copy of an inline function (COMDAT), it drops
+// its descriptor and handler too. In every section
 // rdx holds the CPU's region, so a header is 8(%rdx, cls, 4) and slot i (%rdx, i, 8).
 // `current` and `end` are read as separate 16-bit loads: a 32-bit load of the header
 // right after a pop's 16-bit commit would stall on store forwarding.
 #define USLAB_RSEQ_OPEN                 \
-  ".pushsection __rseq_cs, \"aw\"\n\t"  \
+  ".pushsection __rseq_cs, \"aw?\"\n\t" \
   ".balign 32\n\t"                      \
   "3:\n\t"                              \
   ".long 0, 0\n\t"                      \
@@ -146,7 +166,7 @@ void percpu_fork_child();
 
 #define USLAB_RSEQ_CLOSE                       \
   "2:\n\t"                                     \
-  ".pushsection __rseq_failure, \"ax\"\n\t"    \
+  ".pushsection __rseq_failure, \"ax?\"\n\t"   \
   ".byte 0x0f, 0xb9, 0x3d\n\t"                 \
   ".long 0x53053053\n\t"                       \
   "4:\n\t"                                     \
@@ -159,14 +179,6 @@ void percpu_fork_child();
   "movl %%fs:4(%[rs]), %%edx\n\t"       \
   "cmpl %[ncpu], %%edx\n\t"             \
   "jae %l[miss]\n\t"                    \
-  "shlq $18, %%rdx\n\t"                 \
-  "addq %[region], %%rdx\n\t"
-
-// The region of the expected CPU into rdx, or a jump to `wrong`.
-#define USLAB_RSEQ_ON_CPU               \
-  "movl %%fs:4(%[rs]), %%edx\n\t"       \
-  "cmpl %[cpu], %%edx\n\t"              \
-  "jne %l[wrong]\n\t"                   \
   "shlq $18, %%rdx\n\t"                 \
   "addq %[region], %%rdx\n\t"
 
@@ -190,6 +202,7 @@ inline void* percpu_alloc(unsigned cls) {
                : "rax", "rcx", "rdx", "memory", "cc"
                : abort, miss);
   if (obj == nullptr) __builtin_unreachable();  // tested above
+  sheaf_acquire(&obj, 1);
   return obj;
 abort:
   return percpu_alloc_retry(cls);
@@ -200,6 +213,7 @@ miss:
 // Push p (a validated object of class cls) onto the current CPU's sheaf. Misses
 // when the sheaf is full or p is already its top object (a double free).
 inline void percpu_free(void* p, unsigned cls) {
+  sheaf_release(&p, 1);
   __asm__ goto(USLAB_RSEQ_OPEN
                USLAB_RSEQ_ANY_CPU
                "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
@@ -223,144 +237,167 @@ miss:
   return percpu_free_slow(p, cls);
 }
 
-// The batch sections return the number of objects moved, or -1 when the thread is
-// not running on `cpu`.
+// The batch sections below serve the slow paths. They return the number of objects
+// moved, or -1 when the thread is not running on `cpu`, from a plain asm statement:
+// an abort restarts the section inside the statement (label 7), so no result has
+// to cross an asm-goto edge (GCC 12 can merge an asm goto output with the value a
+// label path returns, which broke these functions in unoptimised inlining).
+#define USLAB_RSEQ_OPEN_RETRY "7:\n\t" USLAB_RSEQ_OPEN
+#define USLAB_RSEQ_CLOSE_RETRY                  \
+  "2:\n\t"                                      \
+  ".pushsection __rseq_failure, \"ax?\"\n\t"   \
+  ".byte 0x0f, 0xb9, 0x3d\n\t"                 \
+  ".long 0x53053053\n\t"                       \
+  "4:\n\t"                                     \
+  "jmp 7b\n\t"                                 \
+  ".popsection\n\t"
+
+// The region of the expected CPU into rdx; k = -1 and out (label 9) when the
+// thread runs elsewhere.
+#define USLAB_RSEQ_ON_CPU_OR_EXIT       \
+  "movl %%fs:4(%[rs]), %%edx\n\t"       \
+  "cmpl %[cpu], %%edx\n\t"              \
+  "jne 9f\n\t"                          \
+  "shlq $18, %%rdx\n\t"                 \
+  "addq %[region], %%rdx\n\t"
+
+// Ends a batch section: label 8 is the normal exit, 9 the wrong-CPU one.
+#define USLAB_RSEQ_EXIT(k) \
+  "jmp 8f\n\t"             \
+  "9:\n\t"                 \
+  "movq $-1, %" k "\n\t"   \
+  "8:\n\t"
 
 // Pops up to n (≥ 1) objects from the top of cpu's sheaf into out[0..k).
 inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
   long k;
-abort:
-  __asm__ goto(USLAB_RSEQ_OPEN
-               USLAB_RSEQ_ON_CPU
-               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-               "movq %%rcx, %[k]\n\t"
-               "subq %[begin], %[k]\n\t"
-               "jbe %l[empty]\n\t"
-               "cmpq %[n], %[k]\n\t"
-               "cmovaq %[n], %[k]\n\t"
-               "subq %[k], %%rcx\n\t"
-               "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
-               "xorl %%r8d, %%r8d\n\t"
-               "5:\n\t"
-               "movq (%%r10, %%r8, 8), %%r9\n\t"
-               "movq %%r9, (%[out], %%r8, 8)\n\t"
-               "incq %%r8\n\t"
-               "cmpq %[k], %%r8\n\t"
-               "jb 5b\n\t"
-               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
-               USLAB_RSEQ_CLOSE
-               : [k] "=&r"(k)
-               : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
-                 [cls] "r"(uint64_t{cls}), [begin] "rm"(uint64_t{kSheafLayout.begin[cls]}),
-                 [out] "r"(out), [n] "rm"(uint64_t{n})
-               : "rax", "rcx", "rdx", "r8", "r9", "r10", "memory", "cc"
-               : abort, wrong, empty);
+  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
+                   USLAB_RSEQ_ON_CPU_OR_EXIT
+                   "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+                   "movq %%rcx, %[k]\n\t"
+                   "subq %[begin], %[k]\n\t"
+                   "jbe 6f\n\t"
+                   "cmpq %[n], %[k]\n\t"
+                   "cmovaq %[n], %[k]\n\t"
+                   "subq %[k], %%rcx\n\t"
+                   "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
+                   "xorl %%r8d, %%r8d\n\t"
+                   "5:\n\t"
+                   "movq (%%r10, %%r8, 8), %%r9\n\t"
+                   "movq %%r9, (%[out], %%r8, 8)\n\t"
+                   "incq %%r8\n\t"
+                   "cmpq %[k], %%r8\n\t"
+                   "jb 5b\n\t"
+                   "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+                   USLAB_RSEQ_CLOSE_RETRY
+                   "jmp 8f\n\t"
+                   "6:\n\t"
+                   "xorl %k[k], %k[k]\n\t"
+                   USLAB_RSEQ_EXIT("[k]")
+                   : [k] "=&r"(k)
+                   : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                     [cls] "r"(uint64_t{cls}), [begin] "rm"(uint64_t{kSheafLayout.begin[cls]}),
+                     [out] "r"(out), [n] "rm"(uint64_t{n})
+                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "memory", "cc");
+  if (k > 0) sheaf_acquire(out, static_cast<size_t>(k));
   return k;
-empty:
-  return 0;
-wrong:
-  return -1;
 }
 
 // Pushes the last k of src[0..n) (n ≥ 1) onto cpu's sheaf, as many as fit.
 inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size_t n) {
   long k;
-abort:
-  __asm__ goto(USLAB_RSEQ_OPEN
-               USLAB_RSEQ_ON_CPU
-               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-               "movzwl 10(%%rdx, %[cls], 4), %%eax\n\t"
-               "subl %%ecx, %%eax\n\t"
-               "jbe %l[full]\n\t"
-               "movl %%eax, %k[k]\n\t"
-               "cmpq %[n], %[k]\n\t"
-               "cmovaq %[n], %[k]\n\t"
-               "movq %[n], %%r10\n\t"
-               "subq %[k], %%r10\n\t"
-               "leaq (%[src], %%r10, 8), %%r10\n\t"
-               "leaq 8(%%rdx, %%rcx, 8), %%r9\n\t"
-               "xorl %%r8d, %%r8d\n\t"
-               "5:\n\t"
-               "movq (%%r10, %%r8, 8), %%rax\n\t"
-               "movq %%rax, (%%r9, %%r8, 8)\n\t"
-               "incq %%r8\n\t"
-               "cmpq %[k], %%r8\n\t"
-               "jb 5b\n\t"
-               "addl %k[k], %%ecx\n\t"
-               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
-               USLAB_RSEQ_CLOSE
-               : [k] "=&r"(k)
-               : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
-                 [cls] "r"(uint64_t{cls}), [src] "r"(src), [n] "rm"(uint64_t{n})
-               : "rax", "rcx", "rdx", "r8", "r9", "r10", "memory", "cc"
-               : abort, wrong, full);
+  sheaf_release(src, n);
+  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
+                   USLAB_RSEQ_ON_CPU_OR_EXIT
+                   "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+                   "movzwl 10(%%rdx, %[cls], 4), %%eax\n\t"
+                   "subl %%ecx, %%eax\n\t"
+                   "jbe 6f\n\t"
+                   "movl %%eax, %k[k]\n\t"
+                   "cmpq %[n], %[k]\n\t"
+                   "cmovaq %[n], %[k]\n\t"
+                   "movq %[n], %%r10\n\t"
+                   "subq %[k], %%r10\n\t"
+                   "leaq (%[src], %%r10, 8), %%r10\n\t"
+                   "leaq 8(%%rdx, %%rcx, 8), %%r9\n\t"
+                   "xorl %%r8d, %%r8d\n\t"
+                   "5:\n\t"
+                   "movq (%%r10, %%r8, 8), %%rax\n\t"
+                   "movq %%rax, (%%r9, %%r8, 8)\n\t"
+                   "incq %%r8\n\t"
+                   "cmpq %[k], %%r8\n\t"
+                   "jb 5b\n\t"
+                   "addl %k[k], %%ecx\n\t"
+                   "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+                   USLAB_RSEQ_CLOSE_RETRY
+                   "jmp 8f\n\t"
+                   "6:\n\t"
+                   "xorl %k[k], %k[k]\n\t"
+                   USLAB_RSEQ_EXIT("[k]")
+                   : [k] "=&r"(k)
+                   : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                     [cls] "r"(uint64_t{cls}), [src] "r"(src), [n] "rm"(uint64_t{n})
+                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "memory", "cc");
   return k;
-full:
-  return 0;
-wrong:
-  return -1;
 }
 
 // Sets cpu's capacity end for cls to new_end (≥ begin); objects above it move to
 // out[0..k) (at most end - new_end of them). A header never used (0) starts empty.
 inline long percpu_resize(uint32_t cpu, unsigned cls, uint32_t new_end, void** out) {
   long k;
-abort:
-  __asm__ goto(USLAB_RSEQ_OPEN
-               USLAB_RSEQ_ON_CPU
-               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-               "cmpl %[begin], %%ecx\n\t"
-               "cmovbl %[begin], %%ecx\n\t"
-               "xorl %k[k], %k[k]\n\t"
-               "cmpl %[end], %%ecx\n\t"
-               "jbe 6f\n\t"
-               "movl %%ecx, %k[k]\n\t"
-               "subl %[end], %k[k]\n\t"
-               "movl %[end], %%ecx\n\t"
-               "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
-               "xorl %%r8d, %%r8d\n\t"
-               "5:\n\t"
-               "movq (%%r10, %%r8, 8), %%rax\n\t"
-               "movq %%rax, (%[out], %%r8, 8)\n\t"
-               "incq %%r8\n\t"
-               "cmpq %[k], %%r8\n\t"
-               "jb 5b\n\t"
-               "6:\n\t"
-               "movl %[end], %%eax\n\t"
-               "shll $16, %%eax\n\t"
-               "orl %%ecx, %%eax\n\t"
-               "movl %%eax, 8(%%rdx, %[cls], 4)\n\t"
-               USLAB_RSEQ_CLOSE
-               : [k] "=&r"(k)
-               : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
-                 [cls] "r"(uint64_t{cls}), [end] "rm"(new_end), [out] "r"(out),
-                 [begin] "rm"(uint32_t{kSheafLayout.begin[cls]})
-               : "rax", "rcx", "rdx", "r8", "r10", "memory", "cc"
-               : abort, wrong);
+  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
+                   USLAB_RSEQ_ON_CPU_OR_EXIT
+                   "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+                   "cmpl %[begin], %%ecx\n\t"
+                   "cmovbl %[begin], %%ecx\n\t"
+                   "xorl %k[k], %k[k]\n\t"
+                   "cmpl %[end], %%ecx\n\t"
+                   "jbe 6f\n\t"
+                   "movl %%ecx, %k[k]\n\t"
+                   "subl %[end], %k[k]\n\t"
+                   "movl %[end], %%ecx\n\t"
+                   "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
+                   "xorl %%r8d, %%r8d\n\t"
+                   "5:\n\t"
+                   "movq (%%r10, %%r8, 8), %%rax\n\t"
+                   "movq %%rax, (%[out], %%r8, 8)\n\t"
+                   "incq %%r8\n\t"
+                   "cmpq %[k], %%r8\n\t"
+                   "jb 5b\n\t"
+                   "6:\n\t"
+                   "movl %[end], %%eax\n\t"
+                   "shll $16, %%eax\n\t"
+                   "orl %%ecx, %%eax\n\t"
+                   "movl %%eax, 8(%%rdx, %[cls], 4)\n\t"
+                   USLAB_RSEQ_CLOSE_RETRY
+                   USLAB_RSEQ_EXIT("[k]")
+                   : [k] "=&r"(k)
+                   : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                     [cls] "r"(uint64_t{cls}), [end] "rm"(new_end), [out] "r"(out),
+                     [begin] "rm"(uint32_t{kSheafLayout.begin[cls]})
+                   : "rax", "rcx", "rdx", "r8", "r10", "memory", "cc");
+  if (out && k > 0) sheaf_acquire(out, static_cast<size_t>(k));
   return k;
-wrong:
-  return -1;
 }
 
 // The top object of cpu's sheaf for cls (nullptr when empty) into *top; -1 when the
 // thread is not on cpu. Reads only: nothing to commit.
 inline long percpu_peek(uint32_t cpu, unsigned cls, void** top) {
+  long r;
   void* t;
-abort:
-  __asm__ goto(USLAB_RSEQ_OPEN
-               USLAB_RSEQ_ON_CPU
-               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-               "movq (%%rdx, %%rcx, 8), %[t]\n\t"
-               USLAB_RSEQ_CLOSE
-               : [t] "=&r"(t)
-               : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
-                 [cls] "r"(uint64_t{cls})
-               : "rax", "rcx", "rdx", "memory", "cc"
-               : abort, wrong);
+  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
+                   USLAB_RSEQ_ON_CPU_OR_EXIT
+                   "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+                   "movq (%%rdx, %%rcx, 8), %[t]\n\t"
+                   "xorl %k[r], %k[r]\n\t"
+                   USLAB_RSEQ_CLOSE_RETRY
+                   USLAB_RSEQ_EXIT("[r]")
+                   : [r] "=&r"(r), [t] "=&r"(t)
+                   : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                     [cls] "r"(uint64_t{cls})
+                   : "rax", "rcx", "rdx", "memory", "cc");
   *top = t;
-  return 0;
-wrong:
-  return -1;
+  return r;
 }
 
 #else  // !__x86_64__: no per-CPU mode (rseq_init_process says kNone); never called.
