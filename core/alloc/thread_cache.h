@@ -9,8 +9,9 @@
 //
 // Owns: the ThreadCache records (from a MetaPool), the registry of live caches, the
 // pthread key whose destructor flushes a cache when its thread exits, and the two
-// initial-exec TLS words (t_cache, t_state) — 16 bytes, small enough for glibc's
-// static TLS surplus when libuslab.so is dlopen'ed (jemalloc#937).
+// initial-exec TLS words (t_cache, t_state) — with rseq.cc's area 46 bytes in all,
+// small enough for glibc's static TLS surplus when libuslab.so is dlopen'ed
+// (jemalloc#937).
 //
 // Locking: a ThreadCache is touched only by its thread, except (a) by stats readers,
 // which read bin counts racily under registry_lock, and (b) in a forked child, where
