@@ -261,12 +261,32 @@ miss:
   "shlq $18, %%rdx\n\t"                 \
   "addq %[region], %%rdx\n\t"
 
+// Copies %[k] (≥ 1) pointers from src to dst (registers), through tmp; uses r8.
+#define USLAB_RSEQ_COPY(src, dst, tmp)                 \
+  "xorl %%r8d, %%r8d\n\t"                            \
+  "5:\n\t"                                           \
+  "movq (" src ", %%r8, 8), " tmp "\n\t"             \
+  "movq " tmp ", (" dst ", %%r8, 8)\n\t"             \
+  "incq %%r8\n\t"                                    \
+  "cmpq %[k], %%r8\n\t"                              \
+  "jb 5b\n\t"
+
 // Ends a batch section: label 8 is the normal exit, 9 the wrong-CPU one.
 #define USLAB_RSEQ_EXIT(k) \
   "jmp 8f\n\t"             \
   "9:\n\t"                 \
   "movq $-1, %" k "\n\t"   \
   "8:\n\t"
+
+// Commits current (cx) and ends a batch pop or push; label 6 is its early exit,
+// with nothing moved.
+#define USLAB_RSEQ_COMMIT_BATCH            \
+  "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"  \
+  USLAB_RSEQ_CLOSE_RETRY                   \
+  "jmp 8f\n\t"                            \
+  "6:\n\t"                                \
+  "xorl %k[k], %k[k]\n\t"                 \
+  USLAB_RSEQ_EXIT("[k]")
 
 // Pops up to n (≥ 1) objects from the top of cpu's sheaf into out[0..k).
 inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
@@ -281,19 +301,8 @@ inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
                    "cmovaq %[n], %[k]\n\t"
                    "subq %[k], %%rcx\n\t"
                    "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
-                   "xorl %%r8d, %%r8d\n\t"
-                   "5:\n\t"
-                   "movq (%%r10, %%r8, 8), %%r9\n\t"
-                   "movq %%r9, (%[out], %%r8, 8)\n\t"
-                   "incq %%r8\n\t"
-                   "cmpq %[k], %%r8\n\t"
-                   "jb 5b\n\t"
-                   "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
-                   USLAB_RSEQ_CLOSE_RETRY
-                   "jmp 8f\n\t"
-                   "6:\n\t"
-                   "xorl %k[k], %k[k]\n\t"
-                   USLAB_RSEQ_EXIT("[k]")
+                   USLAB_RSEQ_COPY("%%r10", "%[out]", "%%r9")
+                   USLAB_RSEQ_COMMIT_BATCH
                    : [k] "=&r"(k)
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [begin] "rm"(uint64_t{kSheafLayout.begin[cls]}),
@@ -320,20 +329,9 @@ inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size
                    "subq %[k], %%r10\n\t"
                    "leaq (%[src], %%r10, 8), %%r10\n\t"
                    "leaq 8(%%rdx, %%rcx, 8), %%r9\n\t"
-                   "xorl %%r8d, %%r8d\n\t"
-                   "5:\n\t"
-                   "movq (%%r10, %%r8, 8), %%rax\n\t"
-                   "movq %%rax, (%%r9, %%r8, 8)\n\t"
-                   "incq %%r8\n\t"
-                   "cmpq %[k], %%r8\n\t"
-                   "jb 5b\n\t"
+                   USLAB_RSEQ_COPY("%%r10", "%%r9", "%%rax")
                    "addl %k[k], %%ecx\n\t"
-                   "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
-                   USLAB_RSEQ_CLOSE_RETRY
-                   "jmp 8f\n\t"
-                   "6:\n\t"
-                   "xorl %k[k], %k[k]\n\t"
-                   USLAB_RSEQ_EXIT("[k]")
+                   USLAB_RSEQ_COMMIT_BATCH
                    : [k] "=&r"(k)
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [src] "r"(src), [n] "rm"(uint64_t{n})
@@ -357,13 +355,7 @@ inline long percpu_resize(uint32_t cpu, unsigned cls, uint32_t new_end, void** o
                    "subl %[end], %k[k]\n\t"
                    "movl %[end], %%ecx\n\t"
                    "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
-                   "xorl %%r8d, %%r8d\n\t"
-                   "5:\n\t"
-                   "movq (%%r10, %%r8, 8), %%rax\n\t"
-                   "movq %%rax, (%[out], %%r8, 8)\n\t"
-                   "incq %%r8\n\t"
-                   "cmpq %[k], %%r8\n\t"
-                   "jb 5b\n\t"
+                   USLAB_RSEQ_COPY("%%r10", "%[out]", "%%rax")
                    "6:\n\t"
                    "movl %[end], %%eax\n\t"
                    "shll $16, %%eax\n\t"
