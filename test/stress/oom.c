@@ -1,0 +1,121 @@
+/* test/stress/oom.c — out of memory under RLIMIT_AS: every allocation function fails
+ * cleanly (NULL with errno = ENOMEM, ENOMEM from posix_memalign, realloc keeps the old
+ * block), nothing is corrupted, and the process works normally once memory is freed.
+ * Small and large objects are exhausted in turn, twice, with content checks.
+ *
+ * usage: oom */
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <sys/resource.h>
+
+#include "test/common/check.h"
+
+static long vm_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %ld kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib;
+}
+
+enum { kMax = 1 << 20 };
+static unsigned char *blocks[kMax];
+
+/* Allocates blocks of `size` until malloc fails; returns how many it got. */
+static int exhaust(size_t size) {
+  int n = 0;
+  for (; n < kMax; n++) {
+    errno = 0;
+    blocks[n] = malloc(size);
+    if (!blocks[n]) {
+      CHECK(errno == ENOMEM);
+      break;
+    }
+    blocks[n][0] = (unsigned char)n;
+    blocks[n][size - 1] = (unsigned char)(n >> 3);
+  }
+  return n;
+}
+
+static void release(int n, size_t size) {
+  for (int i = 0; i < n; i++) {
+    if (blocks[i][0] != (unsigned char)i || blocks[i][size - 1] != (unsigned char)(i >> 3)) {
+      CHECK(!"block contents survived exhaustion");
+      break;
+    }
+  }
+  for (int i = 0; i < n; i++) free(blocks[i]);
+}
+
+/* With the heap exhausted, every other entry point fails the documented way. */
+static void check_failures(void) {
+  void *p = (void *)1;
+  errno = 0;
+  CHECK(calloc(1, 64 << 20) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(aligned_alloc(4096, 64 << 20) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(memalign(1 << 20, 64 << 20) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(valloc(64 << 20) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(pvalloc(64 << 20) == NULL && errno == ENOMEM);
+  CHECK(posix_memalign(&p, 64, 64 << 20) == ENOMEM && p == (void *)1);
+  errno = 0;
+  CHECK(reallocarray(NULL, 1 << 20, 64) == NULL && errno == ENOMEM);
+}
+
+int main(void) {
+  require_uslab();
+  struct rlimit lim = {0, 0};
+  getrlimit(RLIMIT_AS, &lim);
+  struct rlimit tight = lim;
+  tight.rlim_cur = (rlim_t)(vm_kib() + (96 << 10)) << 10; /* 96 MiB more than now */
+  CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+  for (int round = 0; round < 2; round++) {
+    /* Large objects first, then small ones into the last free pages. */
+    int nl = exhaust(1 << 20);
+    CHECK(nl > 10);
+    int ns = 0;
+    static unsigned char *small[kMax];
+    for (; ns < kMax; ns++) {
+      errno = 0;
+      small[ns] = malloc(48);
+      if (!small[ns]) {
+        CHECK(errno == ENOMEM);
+        break;
+      }
+      small[ns][0] = (unsigned char)ns;
+    }
+    CHECK(ns > 0 && ns < kMax);
+    check_failures();
+    /* realloc that cannot grow keeps the old block. */
+    unsigned char *keep = small[0];
+    errno = 0;
+    CHECK(realloc(keep, 64 << 20) == NULL && errno == ENOMEM);
+    CHECK(keep[0] == 0);
+    for (int i = 0; i < ns; i++) {
+      if (small[i][0] != (unsigned char)i) {
+        CHECK(!"small block survived exhaustion");
+        break;
+      }
+      free(small[i]);
+    }
+    release(nl, 1 << 20);
+    malloc_trim(0);
+    /* Everything works again, large and small. */
+    int again = exhaust(1 << 20);
+    CHECK(again >= nl - 2);
+    release(again, 1 << 20);
+    void *v = malloc(100);
+    CHECK(v != NULL);
+    free(v);
+    printf("oom: round %d: %d large and %d small blocks before ENOMEM, %d large after\n",
+           round, nl, ns, again);
+  }
+  setrlimit(RLIMIT_AS, &lim);
+  return check_done("oom");
+}
