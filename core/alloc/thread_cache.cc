@@ -145,7 +145,7 @@ void thread_cache_free_slow(void* p, unsigned cls) {
     flush_bin(b, cls, b.cap / 2 ? b.cap / 2 : b.count);
     tc->flushes++;
   }
-  b.slots[b.count++] = p;
+  bin_push(b, p);
 }
 
 void thread_cache_flush_mine() {

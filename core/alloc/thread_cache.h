@@ -62,14 +62,21 @@ inline void* thread_cache_alloc(unsigned cls) {
   return thread_cache_alloc_slow(cls);
 }
 
+// Pushes p onto bin b. The slot is written before the count that publishes it: a
+// fork copies the bins of threads that keep running, and the child flushes them,
+// so a count that covers an unwritten slot would free a stale pointer there.
+inline void bin_push(CacheBin& b, void* p) {
+  b.slots[b.count] = p;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  b.count++;
+}
+
 // p is a validated object of class cls. Pushing the bin's top object again is a
 // double free; the slow path reports it.
 inline void thread_cache_free(void* p, unsigned cls) {
   CacheBin& b = t_cache->bins[cls];
-  if (__builtin_expect(b.count < b.cap && (b.count == 0 || b.slots[b.count - 1] != p), 1)) {
-    b.slots[b.count++] = p;
-    return;
-  }
+  if (__builtin_expect(b.count < b.cap && (b.count == 0 || b.slots[b.count - 1] != p), 1))
+    return bin_push(b, p);
   thread_cache_free_slow(p, cls);
 }
 
