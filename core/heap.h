@@ -2,13 +2,16 @@
 //
 // Layering (snmalloc-style include rule; each layer includes only the ones below it,
 // each through its umbrella header):
-//   core/platform/platform.h   raw syscalls, Mutex, configuration
+//   core/platform/platform.h   raw syscalls, Mutex, configuration, rseq, CPU probe,
+//                              USDT probes
 //   core/ds/ds.h               heap geometry, size classes, intrusive lists
-//   core/alloc/alloc.h         segments, page heap, central lists, thread caches
+//   core/alloc/alloc.h         segments, page heap, central lists, depots, per-CPU
+//                              sheaves, thread caches, object caches
 //   core/heap.h                this facade
 //
 // Owns: the malloc-family semantics on top of the allocator layer — small objects
-// through the per-CPU sheaves or the thread caches, large ones from the page heap, huge ones in their own
+// through the per-CPU sheaves or the thread caches, bulk allocation and the object
+// caches' entry points, large ones from the page heap, huge ones in their own
 // segments; aligned allocation; realloc in place; validation of every pointer handed
 // back (foreign, interior, double frees are reported); fork handling; trim; stats.
 //

@@ -12,6 +12,12 @@ constinit CentralList g_central[kMaxClasses];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
 
+void abort_if_configured() {
+  config_init();
+  if (g_config.abort_on_error)
+    os::fatal("uslab: aborting (set USLAB_CONF=abort_on_error=false to continue)\n");
+}
+
 void report_bad_free(const void* p, const char* what, unsigned cls) {
   config_init();
   g_bad_free_reports.fetch_add(1, std::memory_order_relaxed);
@@ -20,8 +26,7 @@ void report_bad_free(const void* p, const char* what, unsigned cls) {
                      (unsigned)class_size(cls));
   else
     os::print_stderr("uslab: %s of %p (not allocated by uslab)\n", what, p);
-  if (g_config.abort_on_error)
-    os::fatal("uslab: aborting (set USLAB_CONF=abort_on_error=false to continue)\n");
+  abort_if_configured();
 }
 
 // Carve a slab for cls: pages from the page heap, descriptor and page map filled in

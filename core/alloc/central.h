@@ -7,8 +7,8 @@
 //
 // Locking: CentralList::lock guards its partial list, its spare, the bitmap,
 // free_count and on_partial of every slab of that class, and the counters. A new
-// slab is carved (descriptor filled, page map written) outside the lock and then
-// published under it. Empty slabs are handed to the page heap after the class lock
+// slab is carved (descriptor filled, objects of a cache class constructed or
+// poisoned, page map written) outside the lock and then published under it. Empty slabs are handed to the page heap after the class lock
 // is dropped (order: class lock → never the page heap lock).
 //
 // A slab's bitmap is also the double-free detector: freeing an object whose bit is
@@ -61,6 +61,8 @@ extern CentralList g_central[kMaxClasses];
 
 // Report an invalid or double free; aborts unless abort_on_error=false.
 void report_bad_free(const void* p, const char* what, unsigned cls);
+// After reporting a misuse: abort unless abort_on_error=false.
+void abort_if_configured();
 // How many bad frees were reported (they are not aborted on with abort_on_error=false).
 extern std::atomic<uint64_t> g_bad_free_reports;
 

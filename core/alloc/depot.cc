@@ -36,7 +36,6 @@ size_t Depot::take(unsigned cls, void** out, size_t n) {
     lock_.unlock();
     return k;
   }
-  misses_++;
   lock_.unlock();
   return g_central[cls].alloc_batch(cls, out, n);
 }
@@ -66,7 +65,6 @@ void Depot::give(unsigned cls, void* const* objs, size_t n) {
     lock_.unlock();
     return;
   }
-  spills_++;
   lock_.unlock();
   g_central[cls].free_batch(cls, objs, n);
 }
@@ -75,8 +73,8 @@ void Depot::flush(unsigned cls) { release(cls, ~uint32_t{0}); }
 
 void Depot::decay(unsigned cls) {
   lock_.lock();
-  uint32_t idle = low_water_;
-  low_water_ = nfull_ - (idle < nfull_ ? idle : nfull_);
+  uint32_t idle = low_water_;  // never above nfull_
+  low_water_ = nfull_ - idle;   // what stays once the idle sheaves are released
   lock_.unlock();
   if (idle) release(cls, idle);
 }
@@ -117,7 +115,7 @@ void depot_maybe_decay() {
 
 DepotStats Depot::stats() {
   LockGuard g(lock_);
-  return DepotStats{nfull_, objects_, hits_, misses_, spills_};
+  return DepotStats{objects_, hits_};
 }
 
 Mutex& depot_sheaf_pool_lock() { return sheaf_pool_.lock(); }

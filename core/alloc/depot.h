@@ -31,11 +31,8 @@ struct Sheaf {
 };
 
 struct DepotStats {
-  size_t full_sheaves;
   size_t objects;        // in full sheaves
   uint64_t hits;         // refills served by a full sheaf
-  uint64_t misses;       // refills that went to the slabs
-  uint64_t spills;       // drains that went to the slabs (depot at its bound)
 };
 
 class Depot {
@@ -52,22 +49,19 @@ class Depot {
 
   DepotStats stats();
   Mutex& lock() { return lock_; }
+  void reset_after_fork() { lock_.reset_after_fork(); }
 
  private:
   // Up to `sheaves` full sheaves back to the slabs.
   void release(unsigned cls, uint32_t sheaves);
 
- public:
-  void reset_after_fork() { lock_.reset_after_fork(); }
-
- private:
   Mutex lock_;
   Sheaf* full_ = nullptr;
   Sheaf* empty_ = nullptr;
   uint32_t nfull_ = 0;
   uint32_t low_water_ = 0;  // fewest full sheaves since the last decay tick
   size_t objects_ = 0;
-  uint64_t hits_ = 0, misses_ = 0, spills_ = 0;
+  uint64_t hits_ = 0;
 };
 
 extern Depot g_depot[kMaxClasses];

@@ -94,8 +94,7 @@ void obj_cache_on_alloc(const ObjCache* c, void* p) {
       if (b[i] != kPoisonByte) {
         os::print_stderr("uslab: cache '%s': object %p was written after it was freed "
                          "(poison overwritten at byte %zu)\n", c->name, p, i);
-        if (g_config.abort_on_error)
-          os::fatal("uslab: aborting (set USLAB_CONF=abort_on_error=false to continue)\n");
+        abort_if_configured();
         break;
       }
   }

@@ -121,17 +121,28 @@ void on_miss(uint32_t c, unsigned cls) {
   if (tick) depot_maybe_decay();
 }
 
+// Runs a batch section (pop or push of up to n objects) on the CPU the thread is
+// on, again when it moved meanwhile; returns what it moved (0 without a usable
+// CPU). With `miss`, a section that moved fewer than n counts as a miss of that
+// direction, so that classes used in bulk grow their capacity like the others.
+template <typename Section>
+size_t on_current_cpu(unsigned cls, size_t n, bool miss, Section section) {
+  for (;;) {
+    uint32_t c = usable_cpu();
+    if (c == kNoCpu) return 0;
+    long k = section(c);
+    if (k < 0) continue;
+    if (miss && static_cast<size_t>(k) < n) on_miss(c, cls);
+    return static_cast<size_t>(k);
+  }
+}
+
 // Puts buf[0..n) on the current CPU's sheaf as far as it has room; the rest goes
 // to the depot.
 void push_or_give(unsigned cls, void** buf, size_t n) {
-  while (n) {
-    uint32_t c = usable_cpu();
-    if (c == kNoCpu) break;
-    long k = percpu_push_batch(c, cls, buf, n);
-    if (k < 0) continue;  // moved to another CPU meanwhile
-    n -= static_cast<size_t>(k);
-    break;
-  }
+  if (n == 0) return;
+  n -= on_current_cpu(cls, n, false,
+                      [&](uint32_t c) { return percpu_push_batch(c, cls, buf, n); });
   if (n) g_depot[cls].give(cls, buf, n);
 }
 
@@ -261,28 +272,14 @@ void drain_classes(unsigned lo, unsigned hi) {
 
 }  // namespace
 
-// A bulk move that the sheaf could not serve in full counts as a miss, so classes
-// used in bulk grow their capacity like the others.
 size_t percpu_take(unsigned cls, void** out, size_t n) {
-  for (;;) {
-    uint32_t c = usable_cpu();
-    if (c == kNoCpu) return 0;
-    long k = percpu_pop_batch(c, cls, out, n);
-    if (k < 0) continue;
-    if (static_cast<size_t>(k) < n) on_miss(c, cls);
-    return static_cast<size_t>(k);
-  }
+  return on_current_cpu(cls, n, true,
+                        [&](uint32_t c) { return percpu_pop_batch(c, cls, out, n); });
 }
 
 size_t percpu_put(unsigned cls, void* const* ptrs, size_t n) {
-  for (;;) {
-    uint32_t c = usable_cpu();
-    if (c == kNoCpu) return 0;
-    long k = percpu_push_batch(c, cls, ptrs, n);
-    if (k < 0) continue;
-    if (static_cast<size_t>(k) < n) on_miss(c, cls);
-    return static_cast<size_t>(k);
-  }
+  return on_current_cpu(cls, n, true,
+                        [&](uint32_t c) { return percpu_push_batch(c, cls, ptrs, n); });
 }
 
 void percpu_drain_all() { drain_classes(1, kMaxClasses); }
@@ -300,7 +297,6 @@ void percpu_class_stats(PerCpuClassStats out[kMaxClasses]) {
     if (!__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) continue;
     for (unsigned cls = 1; cls < kMaxClasses; cls++) {
       out[cls].cpu_objects += cached_of(c, cls);
-      out[cls].cpu_capacity += capacity_of(c, cls);
     }
   }
 }

@@ -23,8 +23,8 @@
 //
 // A header of 0 ({current 0, end 0}) makes every operation miss: that is the state
 // of a CPU never used (the region is fresh zero pages) and of a CPU being drained.
-// Draining a CPU from another one (trim) swaps each header for 0 with a
-// compare-and-swap, then fences the CPU with membarrier(PRIVATE_EXPEDITED_RSEQ),
+// Draining a CPU from another one (trim) swaps each header for 0 with an atomic
+// exchange, then fences the CPU with membarrier(PRIVATE_EXPEDITED_RSEQ),
 // which aborts every section in flight there; a section that committed between the
 // swap and the fence shows as a non-zero header, and the swap is redone. Once all
 // headers stay 0 across a fence, no section on that CPU can commit until they are
@@ -104,7 +104,6 @@ void percpu_drain_class(unsigned cls);
 
 struct PerCpuClassStats {
   size_t cpu_objects;   // cached in CPU sheaves (racy sum)
-  size_t cpu_capacity;  // sum of capacities
   uint64_t refills;     // sheaf misses on allocation (a batch came in)
   uint64_t drains;      // sheaf misses on free that moved a batch out
 };
@@ -146,11 +145,12 @@ inline void sheaf_release(void* const*, size_t) {}
 // OPEN publishes this section's descriptor in rseq_cs and marks its start (1:);
 // CLOSE marks the end after the commit (2:) and places the abort handler, preceded
 // by the signature, out of line. The kernel clears rseq_cs when it aborts, so the
-// handler jumps to a C label that re-runs the whole asm statement. Both out-of-line
+// handler jumps to `target`: a C label that re-runs the whole asm statement (fast
+// paths) or label 7 at the statement's start (batch sections). Both out-of-line
 // pieces join the section group of the function they are expanded in ("?"), so
 // when the linker drops a duplicate copy of an inline function (COMDAT), it drops
-// its descriptor and handler too. In every section
-// rdx holds the CPU's region, so a header is 8(%rdx, cls, 4) and slot i (%rdx, i, 8).
+// its descriptor and handler too. In every section rdx holds the CPU's region, so
+// a header is 8(%rdx, cls, 4) and slot i (%rdx, i, 8).
 // `current` and `end` are read as separate 16-bit loads: a 32-bit load of the header
 // right after a pop's 16-bit commit would stall on store forwarding.
 #define USLAB_RSEQ_OPEN                 \
@@ -164,14 +164,15 @@ inline void sheaf_release(void* const*, size_t) {}
   "movq %%rax, %%fs:8(%[rs])\n\t"       \
   "1:\n\t"
 
-#define USLAB_RSEQ_CLOSE                       \
+#define USLAB_RSEQ_CLOSE_TO(target)            \
   "2:\n\t"                                     \
   ".pushsection __rseq_failure, \"ax?\"\n\t"   \
   ".byte 0x0f, 0xb9, 0x3d\n\t"                 \
   ".long 0x53053053\n\t"                       \
   "4:\n\t"                                     \
-  "jmp %l[abort]\n\t"                          \
+  "jmp " target "\n\t"                         \
   ".popsection\n\t"
+#define USLAB_RSEQ_CLOSE USLAB_RSEQ_CLOSE_TO("%l[abort]")
 
 // The region of the current CPU into rdx, or a jump to `miss` when the CPU id is
 // not below g_cpu_count (no rseq for this thread, or a CPU beyond the regions).
@@ -243,14 +244,7 @@ miss:
 // to cross an asm-goto edge (GCC 12 can merge an asm goto output with the value a
 // label path returns, which broke these functions in unoptimised inlining).
 #define USLAB_RSEQ_OPEN_RETRY "7:\n\t" USLAB_RSEQ_OPEN
-#define USLAB_RSEQ_CLOSE_RETRY                  \
-  "2:\n\t"                                      \
-  ".pushsection __rseq_failure, \"ax?\"\n\t"   \
-  ".byte 0x0f, 0xb9, 0x3d\n\t"                 \
-  ".long 0x53053053\n\t"                       \
-  "4:\n\t"                                     \
-  "jmp 7b\n\t"                                 \
-  ".popsection\n\t"
+#define USLAB_RSEQ_CLOSE_RETRY USLAB_RSEQ_CLOSE_TO("7b")
 
 // The region of the expected CPU into rdx; k = -1 and out (label 9) when the
 // thread runs elsewhere.

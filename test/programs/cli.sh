@@ -3,7 +3,8 @@
 # run and stats on sort (output equal to sort's without uslab; the table names the
 # mode), path, ab on a deterministic program (table with ratios), on a failing one
 # (runs flagged, non-zero exit) and on one whose output changes every run (the
-# comparison switched off with a note), and bench on its quickest benchmark.
+# comparison switched off with a note), and bench on its quickest benchmark (with
+# --plot where matplotlib is installed).
 set -u
 uslab=$1
 export USLAB_BUILD=$2
@@ -44,8 +45,17 @@ check '[ $(grep -c "^Flagged: .*exit status 3" "$work/fail.out") -eq 4 ]' "ab fl
 check 'grep -q "outputs were not compared" "$work/rand.out"' "ab notes run-dependent output"
 check '! grep -q "^Flagged" "$work/rand.out"' "ab does not flag run-dependent output"
 
-"$uslab" bench bulk --rounds 1 > "$work/bench.out" 2>/dev/null
+# --plot needs matplotlib, which uslab bench installs when asked; checked where it is
+# already there (the test does not install it).
+plot=()
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null && plot=(--plot "$work/charts")
+"$uslab" bench bulk --rounds 1 "${plot[@]}" > "$work/bench.out" 2>/dev/null
 check 'grep -q "^| 64 | " "$work/bench.out"' "bench bulk prints its table ($(head -c 400 "$work/bench.out"))"
+if [ ${#plot[@]} -gt 0 ]; then
+  check '[ -s "$work/charts/bulk.png" ] && grep -q "^Chart: " "$work/bench.out"' "bench --plot writes the chart"
+else
+  echo "note: matplotlib not installed; bench --plot not checked"
+fi
 
 echo "cli: $total checks, $fail failed"
 [ $fail -eq 0 ]
