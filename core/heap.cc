@@ -361,6 +361,7 @@ void flush_thread_cache() { thread_cache_flush_mine(); }
 
 size_t trim() {
   config_init();
+  deferred_poll();
   thread_cache_flush_mine();
   percpu_drain_all();
   for (unsigned c = 1; c < kMaxClasses; c++) g_central[c].release_spare();
@@ -478,6 +479,12 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   out("pages: %zu mapped, %zu resident (estimate), %zu free (%zu dirty), %zu returned to the "
       "OS, %zu metadata\n",
       st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
+  DeferredStats d = deferred_stats();
+  out("deferred: %zu objects pending (%zu bytes in %zu sealed blocks, %zu chained), "
+      "%zu freed in %zu blocks, %zu grace periods (%s)\n",
+      d.objects_pending, d.bytes_waiting, d.blocks, d.emergency_objects, (size_t)d.objects_freed,
+      (size_t)d.blocks_freed, (size_t)d.grace_periods,
+      d.membarrier ? "membarrier" : "reader fences");
 }
 
 namespace {
@@ -509,7 +516,7 @@ bool stats_at_exit() {
 
 void die(const char* message) { os::fatal("uslab: %s\n", message); }
 
-// Lock order: thread-cache registry, CPU locks, depots, central lists, page heap,
+// Lock order: deferred-free slots and queue, thread-cache registry, CPU locks, depots, central lists, page heap,
 // metadata pools, arena, segment map.
 // A lock this thread already holds (fork from a signal handler that interrupted a
 // slow path) is skipped rather than deadlocked on; the child resets every lock.
@@ -538,6 +545,7 @@ bool g_registry_taken;
 }  // namespace
 
 void fork_prepare() {
+  deferred_fork_prepare();
   Mutex& registry = thread_cache_registry_lock();
   g_registry_taken = !registry.held_by_me();
   if (g_registry_taken) registry.lock();
@@ -555,6 +563,7 @@ void fork_parent() {
     if (g_fork_taken[i]) g_fork_locks[i]->unlock();
   percpu_fork_parent();
   if (g_registry_taken) thread_cache_registry_lock().unlock();
+  deferred_fork_parent();
 }
 
 void fork_child() {
@@ -564,6 +573,7 @@ void fork_child() {
   percpu_fork_child();
   thread_cache_registry_lock().reset_after_fork();
   thread_cache_after_fork_child();
+  deferred_fork_child();
 }
 
 }  // namespace uslab::heap

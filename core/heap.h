@@ -7,7 +7,8 @@
 //   core/ds/ds.h               heap geometry, size classes, intrusive lists
 //   core/alloc/alloc.h         segments, page heap, central lists, depots, per-CPU
 //                              sheaves, thread caches, object caches
-//   core/heap.h                this facade
+//   core/heap.h                this facade (with core/deferred.h, the deferred frees
+//                              built on it)
 //
 // Owns: the malloc-family semantics on top of the allocator layer — small objects
 // through the per-CPU sheaves or the thread caches, bulk allocation and the object
@@ -163,3 +164,5 @@ void fork_parent();
 void fork_child();
 
 }  // namespace uslab::heap
+
+#include "core/deferred.h"

@@ -35,6 +35,10 @@ typedef struct uslab_stats {
   size_t returned;   /* bytes returned to the OS so far (cumulative) */
   unsigned mode;     /* USLAB_MODE_* below */
   unsigned cpus;     /* CPUs whose sheaves are in use (per-CPU modes) */
+  size_t deferred_objects; /* objects given to uslab_free_deferred, not freed yet */
+  size_t deferred_bytes;   /* their bytes, in sealed blocks and the emergency chain */
+  size_t deferred_blocks;  /* sealed blocks waiting for their grace period */
+  unsigned long long grace_periods; /* grace periods completed */
 } uslab_stats_t;
 
 #define USLAB_MODE_PER_THREAD 0   /* per-thread caches */
@@ -80,6 +84,23 @@ void   uslab_cache_destroy(uslab_cache_t *cache);
  * and skips NULLs. Both move whole batches between the layers. */
 size_t uslab_alloc_bulk(size_t size, size_t n, void **out);
 void   uslab_free_bulk(size_t n, void **ptrs);
+
+/* ---- Deferred free (RCU-style) ----
+ * uslab_free_deferred(p) frees p only after every thread that was inside a
+ * read-side section when it was called has left that section: a reader that found p
+ * through a shared structure may keep using it until its uslab_read_unlock. Sections
+ * nest, may be used in signal handlers, and cost no atomic instruction or fence (the
+ * writers' side uses membarrier). Pointers are batched per CPU in page-sized blocks
+ * and freed in bulk once their grace period is over; this happens on uslab's own
+ * slow paths (and on a background thread with USLAB_CONF=background_thread=true), so
+ * no other call is needed for memory to come back. NULL is a no-op.
+ * uslab_synchronize and uslab_deferred_barrier wait, so calling them inside a
+ * read-side section is reported and aborts. */
+void uslab_read_lock(void);          /* enter a read-side section; nestable */
+void uslab_read_unlock(void);
+void uslab_free_deferred(void *ptr); /* free after a grace period; NULL is a no-op */
+void uslab_synchronize(void);        /* wait until a grace period has passed */
+void uslab_deferred_barrier(void);   /* wait until every deferred free queued before it is done */
 
 #ifdef __cplusplus
 }

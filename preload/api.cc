@@ -34,6 +34,11 @@ USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
   s.returned = st.purged_bytes;
   s.mode = static_cast<unsigned>(uslab::heap::mode());
   s.cpus = uslab::heap::cpus_in_use();
+  uslab::heap::DeferredStats d = uslab::heap::deferred_stats();
+  s.deferred_objects = d.objects_pending;
+  s.deferred_bytes = d.bytes_waiting;
+  s.deferred_blocks = d.blocks;
+  s.grace_periods = d.grace_periods;
   memcpy(out, &s, size);
   return 0;
 }
@@ -72,5 +77,11 @@ USLAB_EXPORT size_t uslab_alloc_bulk(size_t size, size_t n, void** out) {
 }
 
 USLAB_EXPORT void uslab_free_bulk(size_t n, void** ptrs) { uslab::heap::free_bulk(n, ptrs); }
+
+USLAB_EXPORT void uslab_read_lock(void) { uslab::heap::read_lock(); }
+USLAB_EXPORT void uslab_read_unlock(void) { uslab::heap::read_unlock(); }
+USLAB_EXPORT void uslab_free_deferred(void* ptr) { uslab::heap::free_deferred(ptr); }
+USLAB_EXPORT void uslab_synchronize(void) { uslab::heap::synchronize(); }
+USLAB_EXPORT void uslab_deferred_barrier(void) { uslab::heap::deferred_barrier(); }
 
 }  // extern "C"

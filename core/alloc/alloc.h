@@ -1,10 +1,11 @@
 // core/alloc/alloc.h — umbrella of the allocator layer (segments, page heap, central
-// slab lists, depots, per-CPU sheaves, thread caches, metadata). Includes only the data-structure layer below
+// slab lists, depots, per-CPU sheaves, thread caches, metadata, grace periods). Includes only the data-structure layer below
 // it; the Heap facade (core/heap.h) is the only includer.
 #pragma once
 
 #include "core/alloc/central.h"
 #include "core/alloc/depot.h"
+#include "core/alloc/grace.h"
 #include "core/alloc/meta_arena.h"
 #include "core/alloc/obj_cache.h"
 #include "core/alloc/page_heap.h"

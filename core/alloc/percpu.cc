@@ -223,32 +223,39 @@ void percpu_free_slow(void* p, unsigned cls) {
 
 namespace {
 
-// Empties CPU c's sheaves of classes [lo, hi) into the slabs (its lock held). See
-// percpu.h for why the swap-to-0, fence, re-check loop leaves no section able to
-// commit on those headers. False (and nothing freed) when the fence fails.
-bool drain_cpu(uint32_t c, CpuMeta& m, unsigned lo, unsigned hi) {
+// Detaches CPU c's sheaves [lo, hi) (header indexes; its lock held): their headers
+// become 0 and cur[i] the top slot each had. See percpu.h for why the swap-to-0,
+// fence, re-check loop leaves no section able to commit on those headers. False when
+// the fence fails: the headers stay 0 and the cached objects are abandoned rather
+// than risked.
+bool detach(uint32_t c, unsigned lo, unsigned hi, uint32_t* cur) {
   uint32_t* h = headers(c);
-  uint32_t cur[kMaxClasses];
-  size_t capacity = 0;
-  for (unsigned cls = lo; cls < hi; cls++) {
-    capacity += size_t{capacity_of(c, cls)} * class_size(cls);
-    cur[cls] = __atomic_exchange_n(&h[cls], 0u, __ATOMIC_SEQ_CST) & 0xffff;
-  }
-  m.capacity_bytes -= capacity;
+  for (unsigned i = lo; i < hi; i++) cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
   for (;;) {
-    // Should the fence fail, the headers stay 0: the cached objects are abandoned
-    // rather than risked.
     if (!rseq_fence_cpu(c)) return false;
     bool again = false;
-    for (unsigned cls = lo; cls < hi; cls++)
-      if (__atomic_load_n(&h[cls], __ATOMIC_SEQ_CST) != 0) {
+    for (unsigned i = lo; i < hi; i++)
+      if (__atomic_load_n(&h[i], __ATOMIC_SEQ_CST) != 0) {
         // A section committed after the swap (a 16-bit store of current).
-        cur[cls] = __atomic_exchange_n(&h[cls], 0u, __ATOMIC_SEQ_CST) & 0xffff;
+        cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
         again = true;
       }
-    if (!again) break;
+    if (!again) return true;
   }
-  void** slots = reinterpret_cast<void**>(g_cpu_region + (size_t{c} << kCpuRegionShift));
+}
+
+void** slots_of(uint32_t c) {
+  return reinterpret_cast<void**>(g_cpu_region + (size_t{c} << kCpuRegionShift));
+}
+
+// Empties CPU c's sheaves of classes [lo, hi) into the slabs (its lock held).
+bool drain_cpu(uint32_t c, CpuMeta& m, unsigned lo, unsigned hi) {
+  uint32_t cur[kMaxClasses];
+  size_t capacity = 0;
+  for (unsigned cls = lo; cls < hi; cls++) capacity += size_t{capacity_of(c, cls)} * class_size(cls);
+  m.capacity_bytes -= capacity;
+  if (!detach(c, lo, hi, cur)) return false;
+  void** slots = slots_of(c);
   for (unsigned cls = lo; cls < hi; cls++)
     for (uint32_t i = begin_of(cls); i < cur[cls]; i += kMaxBatch) {
       // Objects are the slots (begin, current].
@@ -285,6 +292,51 @@ size_t percpu_put(unsigned cls, void* const* ptrs, size_t n) {
 void percpu_drain_all() { drain_classes(1, kMaxClasses); }
 
 void percpu_drain_class(unsigned cls) { drain_classes(cls, cls + 1); }
+
+long percpu_defer_take(void** out) {
+  for (;;) {
+    uint32_t c = usable_cpu();
+    if (c == kNoCpu) return -1;
+    CpuMeta& m = meta_[c];
+    LockGuard g(m.lock);
+    if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
+    long k = capacity_of(c, kDeferSheaf) == 0
+                 ? percpu_resize(c, kDeferSheaf, begin_of(kDeferSheaf) + kDeferCap, nullptr)
+                 : percpu_pop_batch(c, kDeferSheaf, out, kDeferCap);
+    if (k >= 0) return k;
+  }
+}
+
+void percpu_defer_drain_all(void (*sink)(void* const*, size_t, void*), void* arg) {
+  if (!g_percpu || !rseq_fence_available()) return;
+  for (uint32_t c = 0; c < g_cpu_count; c++) {
+    // Copied out under the lock, handed over after it (sink allocates blocks, whose
+    // slow path may need this CPU's lock).
+    void* buf[kDeferCap];
+    uint32_t n = 0;
+    {
+      CpuMeta& m = meta_[c];
+      LockGuard g(m.lock);
+      uint32_t cur[kSheafHeaders];
+      if (!m.ready || !detach(c, kDeferSheaf, kDeferSheaf + 1, cur)) continue;
+      uint32_t begin = begin_of(kDeferSheaf);
+      n = cur[kDeferSheaf] > begin ? cur[kDeferSheaf] - begin : 0;
+      memcpy(buf, slots_of(c) + begin + 1, n * sizeof(void*));
+    }
+    if (n) {
+      sheaf_acquire(buf, n);
+      sink(buf, n, arg);
+    }
+  }
+}
+
+size_t percpu_defer_pending() {
+  size_t n = 0;
+  if (!g_percpu) return 0;
+  for (uint32_t c = 0; c < g_cpu_count; c++)
+    if (__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) n += cached_of(c, kDeferSheaf);
+  return n;
+}
 
 void percpu_class_stats(PerCpuClassStats out[kMaxClasses]) {
   memset(out, 0, sizeof(PerCpuClassStats) * kMaxClasses);

@@ -49,18 +49,27 @@ inline uint32_t sheaf_max_capacity(unsigned cls) { return class_info(cls).sheaf_
 // Byte offset of the headers in a region (after the zero slot 0).
 constexpr size_t kHeaderOffset = sizeof(void*);
 
+// After the classes' sheaves, each region holds the CPU's deferred-free sheaf
+// (core/deferred.h): pointers waiting for a grace period, moved into a page-sized
+// block when it is full. Its header index follows the classes'; its capacity is
+// fixed (it is not part of the byte budget) and set on its first use.
+constexpr unsigned kDeferSheaf = kMaxClasses;
+constexpr uint32_t kDeferCap = 508;  // (4096 - a block's 32-byte header) / 8
+constexpr unsigned kSheafHeaders = kMaxClasses + 1;
+
 struct SheafLayout {
-  uint16_t begin[kMaxClasses];  // the guard slot of each class
+  uint16_t begin[kSheafHeaders];  // the guard slot of each class
   size_t slots;
 };
 
 constexpr SheafLayout make_sheaf_layout() {
   SheafLayout l{};
-  size_t next = (kHeaderOffset + kMaxClasses * sizeof(uint32_t) + sizeof(void*) - 1) /
+  size_t next = (kHeaderOffset + kSheafHeaders * sizeof(uint32_t) + sizeof(void*) - 1) /
                 sizeof(void*);
-  for (unsigned c = 1; c < kMaxClasses; c++) {
+  for (unsigned c = 1; c < kSheafHeaders; c++) {
     l.begin[c] = static_cast<uint16_t>(next);
-    next += 1 + (c < kNumClasses ? kClassInfo[c].sheaf_cap : kCacheSheafCap);
+    next += 1 + (c == kDeferSheaf ? kDeferCap
+                                  : c < kNumClasses ? kClassInfo[c].sheaf_cap : kCacheSheafCap);
   }
   l.slots = next;
   return l;
@@ -101,6 +110,15 @@ bool percpu_decided();
 // the depots are drained.
 void percpu_drain_all();
 void percpu_drain_class(unsigned cls);
+
+// The deferred-free sheaves (pushes go through percpu_push_one with kDeferSheaf).
+// Only used when rseq_fence_available(): a barrier must be able to empty them all.
+// percpu_defer_take opens the current CPU's deferred sheaf if it is not open yet
+// and moves its pointers (at most kDeferCap) to out; -1 when the thread has no
+// usable CPU. percpu_defer_drain_all empties every CPU's through sink.
+long percpu_defer_take(void** out);
+void percpu_defer_drain_all(void (*sink)(void* const* objs, size_t n, void* arg), void* arg);
+size_t percpu_defer_pending();  // pointers in the CPUs' deferred sheaves (racy sum)
 
 struct PerCpuClassStats {
   size_t cpu_objects;   // cached in CPU sheaves (racy sum)
@@ -211,9 +229,11 @@ miss:
   return percpu_alloc_slow(cls);
 }
 
-// Push p (a validated object of class cls) onto the current CPU's sheaf. Misses
-// when the sheaf is full or p is already its top object (a double free).
-inline void percpu_free(void* p, unsigned cls) {
+// Push p onto the current CPU's sheaf of cls (header index: a class or kDeferSheaf).
+// Goes to Miss when the sheaf is full, the thread has no usable CPU, or p is already
+// the top object (a double free); to Retry when the kernel aborted the section.
+template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned)>
+inline void percpu_push_one(void* p, unsigned cls) {
   sheaf_release(&p, 1);
   __asm__ goto(USLAB_RSEQ_OPEN
                USLAB_RSEQ_ANY_CPU
@@ -233,9 +253,14 @@ inline void percpu_free(void* p, unsigned cls) {
                : abort, miss);
   return;
 abort:
-  return percpu_free_retry(p, cls);
+  return Retry(p, cls);
 miss:
-  return percpu_free_slow(p, cls);
+  return Miss(p, cls);
+}
+
+// Free p (a validated object of class cls) onto the current CPU's sheaf.
+inline void percpu_free(void* p, unsigned cls) {
+  percpu_push_one<percpu_free_slow, percpu_free_retry>(p, cls);
 }
 
 // The batch sections below serve the slow paths. They return the number of objects
@@ -389,6 +414,8 @@ inline long percpu_peek(uint32_t cpu, unsigned cls, void** top) {
 #else  // !__x86_64__: no per-CPU mode (rseq_init_process says kNone); never called.
 
 inline void* percpu_alloc(unsigned cls) { return percpu_alloc_slow(cls); }
+template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned)>
+inline void percpu_push_one(void* p, unsigned cls) { Miss(p, cls); }
 inline void percpu_free(void* p, unsigned cls) { percpu_free_slow(p, cls); }
 inline long percpu_pop_batch(uint32_t, unsigned, void**, size_t) { return -1; }
 inline long percpu_push_batch(uint32_t, unsigned, void* const*, size_t) { return -1; }

@@ -74,6 +74,10 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_bool(v, vlen, &cfg.stats_at_exit);
   } else if (key_is(k, klen, "decay_ms")) {
     ok = parse_u64(v, vlen, &cfg.decay_ms);
+  } else if (key_is(k, klen, "membarrier")) {
+    ok = parse_bool(v, vlen, &cfg.membarrier);
+  } else if (key_is(k, klen, "background_thread")) {
+    ok = parse_bool(v, vlen, &cfg.background_thread);
   } else {
     warn(origin, "unknown key", k, klen);
     return;

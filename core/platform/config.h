@@ -20,6 +20,8 @@ struct Config {
   uint64_t cpu_cache_bytes = 0; // capacity budget per CPU (0: from the L2 size)
   bool stats_at_exit = false;   // print the stats table on stderr at exit
   uint64_t decay_ms = 10000;    // free pages stay resident this long before madvise
+  bool membarrier = true;       // writers fence readers with membarrier (false: readers fence)
+  bool background_thread = false;  // a thread that returns memory and frees deferred objects
 };
 
 // The process-wide options; valid after config_init().

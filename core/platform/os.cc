@@ -101,6 +101,11 @@ uint64_t now_ns() {
 
 uint64_t now_ms() { return now_ns() / 1000000ull; }
 
+void sleep_ns(uint64_t ns) {
+  struct timespec ts = {static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
+  syscall6(SYS_nanosleep, reinterpret_cast<long>(&ts), 0);
+}
+
 long read_file(const char* path, char* buf, size_t cap) {
   long fd = syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;

@@ -37,6 +37,8 @@ void futex_wake(const uint32_t* addr, int count);
 
 uint64_t now_ms();
 uint64_t now_ns();
+// Sleeps about ns nanoseconds (an interrupted sleep just returns early).
+void sleep_ns(uint64_t ns);
 
 // Read up to `cap` bytes of a file into `buf` with raw syscalls; returns length or -1.
 long read_file(const char* path, char* buf, size_t cap);

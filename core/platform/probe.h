@@ -6,7 +6,8 @@
 // enables one. Without <sys/sdt.h> (Debian's systemtap-sdt-dev) they compile away.
 // Probes: sheaf_refill (class, objects), sheaf_drain (class, objects), slab_grow
 // (class, slab), slab_release (class, slab), page_purge (address, bytes),
-// large_alloc (bytes, alignment).
+// large_alloc (bytes, alignment), deferred_batch (objects, grace-period stamp): a
+// batch of deferred frees given back after its grace period.
 #pragma once
 
 #if defined(__has_include) && __has_include(<sys/sdt.h>)

@@ -10,7 +10,8 @@ __libc_valloc __libc_pvalloc __posix_memalign malloc_trim mallinfo mallinfo2 mal
 malloc_info mallopt free_sized free_aligned_sized uslab_version uslab_stats_print uslab_trim
 uslab_cache_create uslab_cache_alloc uslab_cache_free uslab_cache_alloc_bulk uslab_cache_free_bulk
 uslab_cache_destroy uslab_alloc_bulk uslab_free_bulk mallocx rallocx xallocx sallocx dallocx
-sdallocx nallocx mallctl uslab_stats_get
+sdallocx nallocx mallctl uslab_stats_get uslab_read_lock uslab_read_unlock uslab_free_deferred
+uslab_synchronize uslab_deferred_barrier
 _Znwm _Znam _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t _ZnwmSt11align_val_t _ZnamSt11align_val_t
 _ZnwmSt11align_val_tRKSt9nothrow_t _ZnamSt11align_val_tRKSt9nothrow_t _ZdlPv _ZdaPv _ZdlPvm
 _ZdaPvm _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t _ZdlPvSt11align_val_t _ZdaPvSt11align_val_t
@@ -27,7 +28,7 @@ total=$((total+1))
 [ "$needed" = "libc.so.6" ] || { echo "libuslab.so needs more than libc: $needed"; fail=$((fail+1)); }
 # USDT probes on the slow paths (core/platform/probe.h), as readelf lists them.
 probes=$(readelf -n "$lib" | awk '/^ *Name: /{print $2}')
-for p in sheaf_refill sheaf_drain slab_grow slab_release page_purge large_alloc; do
+for p in sheaf_refill sheaf_drain slab_grow slab_release page_purge large_alloc deferred_batch; do
   total=$((total+1))
   grep -qx "$p" <<<"$probes" || { echo "missing USDT probe: $p"; fail=$((fail+1)); }
 done

@@ -1,0 +1,423 @@
+// core/deferred.cc — deferred frees: sealing blocks, the queue, polls, the
+// barrier, the background thread. See deferred.h for the flow and the locking.
+#include "core/deferred.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "core/heap.h"
+
+namespace uslab::heap {
+
+constinit bool g_defer_percpu = false;
+
+namespace {
+
+// A page-sized block of deferred pointers (a class-4096 object of the heap itself).
+struct DeferBlock {
+  DeferBlock* next;
+  uint64_t stamp;  // grace_stamp() when sealed
+  uint64_t count;
+  void* ptrs[kDeferCap];
+};
+static_assert(sizeof(DeferBlock) <= 4096, "a block is one page");
+
+struct alignas(64) DeferSlot {
+  Mutex lock;
+  DeferBlock* open;
+};
+
+// The queue (under queue_lock_).
+constinit Mutex queue_lock_;
+DeferBlock* head_ = nullptr;  // sealed, oldest first (stamps never decrease)
+DeferBlock* tail_ = nullptr;
+void* chain_ = nullptr;       // emergency chain: objects linked through their first word
+void* chain_tail_ = nullptr;
+uint64_t chain_stamp_ = 0;
+size_t chain_count_ = 0;
+size_t chain_bytes_ = 0;
+uint32_t poller_ = 0;         // the thread that detached blocks to free them (0: none)
+size_t blocks_ = 0;           // sealed and not yet freed (queued or with the poller)
+size_t sealed_objects_ = 0;
+uint64_t blocks_sealed_ = 0, blocks_freed_ = 0;  // totals (the barrier compares them)
+uint64_t chained_ = 0, chained_freed_ = 0;
+uint64_t objects_freed_ = 0;
+
+// The locked slots, one per possible CPU (created on first use).
+constinit Mutex slots_init_lock_;
+DeferSlot* slots_ = nullptr;
+uint32_t nslots_ = 0;
+constinit std::atomic<bool> decided_{false};
+
+// Background thread.
+constinit std::atomic<bool> bg_running_{false};
+
+DeferBlock* new_block() {
+  int saved = errno;
+  auto* b = static_cast<DeferBlock*>(alloc(sizeof(DeferBlock)));
+  errno = saved;  // a failed block falls back to the chain; the caller sees no error
+  if (b) {
+    b->next = nullptr;
+    b->count = 0;
+  }
+  return b;
+}
+
+// Decides once whether the per-CPU deferred sheaves are used (they need rseq
+// fences, so a barrier can empty the sheaves of other CPUs) and sets up the slots.
+void decide() {
+  if (decided_.load(std::memory_order_acquire)) return;
+  LockGuard g(slots_init_lock_);
+  if (decided_.load(std::memory_order_relaxed)) return;
+  uint32_t n = possible_cpus();
+  if (n > kMaxCpus) n = kMaxCpus;
+  slots_ = static_cast<DeferSlot*>(g_meta_arena.alloc(n * sizeof(DeferSlot), alignof(DeferSlot)));
+  if (!slots_) os::fatal("uslab: out of memory setting up deferred frees\n");
+  nslots_ = n;
+  g_defer_percpu = percpu_decide() && rseq_fence_available();
+  decided_.store(true, std::memory_order_release);
+}
+
+void add_to_chain_locked(void* p) {
+  *static_cast<void**>(p) = nullptr;
+  if (chain_tail_)
+    *static_cast<void**>(chain_tail_) = p;
+  else
+    chain_ = p;
+  chain_tail_ = p;
+  chain_count_++;
+  chained_++;
+  chain_bytes_ += usable_size(p);
+  chain_stamp_ = grace_stamp();
+}
+
+// Queues objs[0..n) for after a grace period: in block b when there is one (its
+// pointers may already be there), else through the objects' own memory.
+void seal(DeferBlock* b, void* const* objs, size_t n) {
+  if (b && objs != b->ptrs) memcpy(b->ptrs, objs, n * sizeof(void*));
+  LockGuard g(queue_lock_);
+  if (!b) {
+    for (size_t i = 0; i < n; i++) add_to_chain_locked(objs[i]);
+    return;
+  }
+  b->count = n;
+  b->stamp = grace_stamp();
+  b->next = nullptr;
+  if (tail_)
+    tail_->next = b;
+  else
+    head_ = b;
+  tail_ = b;
+  blocks_++;
+  sealed_objects_ += n;
+  blocks_sealed_++;
+}
+
+void free_chain(void* p) {
+  void* batch[kMaxBatch];
+  size_t n = 0;
+  while (p) {
+    void* next = *static_cast<void**>(p);
+    batch[n++] = p;
+    if (n == kMaxBatch) {
+      free_bulk(n, batch);
+      n = 0;
+    }
+    p = next;
+  }
+  free_bulk(n, batch);
+}
+
+// What the poller detached (under queue_lock_; reachable so that a forked child can
+// put it back when the poller is a thread the child does not have).
+DeferBlock* inflight_ = nullptr;
+DeferBlock* inflight_tail_ = nullptr;
+void* inflight_chain_ = nullptr;
+void* inflight_chain_tail_ = nullptr;
+uint64_t inflight_chain_stamp_ = 0;
+size_t inflight_chain_count_ = 0, inflight_chain_bytes_ = 0;
+bool fork_poller_is_me_ = false;
+
+// Puts what the poller still holds back in front of the queue (older stamps
+// first) and ends the poll. Queue lock held.
+void requeue_inflight_locked() {
+  if (inflight_) {
+    inflight_tail_->next = head_;
+    if (!head_) tail_ = inflight_tail_;
+    head_ = inflight_;
+  }
+  if (inflight_chain_) {
+    *static_cast<void**>(inflight_chain_tail_) = chain_;
+    if (!chain_) chain_tail_ = inflight_chain_tail_;
+    chain_ = inflight_chain_;
+    chain_count_ += inflight_chain_count_;
+    chain_bytes_ += inflight_chain_bytes_;
+    if (inflight_chain_stamp_ > chain_stamp_) chain_stamp_ = inflight_chain_stamp_;
+  }
+  inflight_ = inflight_tail_ = nullptr;
+  inflight_chain_ = inflight_chain_tail_ = nullptr;
+  poller_ = 0;
+}
+
+// One poll: detach the queue, start a grace period, free what it completes (with
+// `wait`, wait until all of it is complete). False when another thread is polling.
+bool poll(bool wait) {
+  uint64_t last = 0;
+  {
+    LockGuard g(queue_lock_);
+    if (poller_) return false;
+    if (!head_ && !chain_) return true;
+    poller_ = current_tid();
+    inflight_ = head_;
+    inflight_tail_ = tail_;
+    last = tail_ ? tail_->stamp : 0;
+    head_ = tail_ = nullptr;
+    inflight_chain_ = chain_;
+    inflight_chain_tail_ = chain_tail_;
+    inflight_chain_stamp_ = chain_stamp_;
+    inflight_chain_count_ = chain_count_;
+    inflight_chain_bytes_ = chain_bytes_;
+    if (chain_ && chain_stamp_ > last) last = chain_stamp_;
+    chain_ = chain_tail_ = nullptr;
+    chain_count_ = chain_bytes_ = 0;
+  }
+  grace_start();
+  uint64_t oldest;
+  if (wait) {
+    grace_wait(last);
+    oldest = UINT64_MAX;
+  } else {
+    oldest = grace_oldest();
+  }
+  // Stamps never decrease along the queue: the complete blocks are a prefix. Each
+  // is unlinked and counted before it is freed (a fork meanwhile leaks it in the
+  // child rather than freeing it twice).
+  for (;;) {
+    DeferBlock* b;
+    {
+      LockGuard g(queue_lock_);
+      b = inflight_;
+      if (!b || b->stamp >= oldest) break;
+      inflight_ = b->next;
+      if (!inflight_) inflight_tail_ = nullptr;
+      blocks_--;
+      sealed_objects_ -= b->count;
+      blocks_freed_++;
+      objects_freed_ += b->count;
+    }
+    free_bulk(b->count, b->ptrs);
+    USLAB_PROBE(deferred_batch, b->count, b->stamp);
+    free(b);
+  }
+  void* chain = nullptr;
+  size_t chain_count = 0;
+  {
+    LockGuard g(queue_lock_);
+    if (inflight_chain_ && inflight_chain_stamp_ < oldest) {
+      chain = inflight_chain_;
+      chain_count = inflight_chain_count_;
+      inflight_chain_ = inflight_chain_tail_ = nullptr;
+      chained_freed_ += chain_count;
+      objects_freed_ += chain_count;
+    }
+  }
+  if (chain) {
+    free_chain(chain);
+    USLAB_PROBE(deferred_batch, chain_count, last);
+  }
+  LockGuard g(queue_lock_);
+  requeue_inflight_locked();
+  return true;
+}
+
+// After a block was sealed: free what is ready (and keep the background thread
+// alive where it is configured).
+void after_seal() {
+  background_thread_maybe_start();
+  poll(false);
+}
+
+DeferSlot& current_slot() {
+  int cpu = sched_getcpu();
+  return slots_[cpu >= 0 ? static_cast<uint32_t>(cpu) % nslots_ : 0];
+}
+
+// Seals (or frees, when empty) a slot's open block; its lock held. True if sealed.
+bool close_slot_locked(DeferSlot& s) {
+  DeferBlock* b = s.open;
+  s.open = nullptr;
+  if (!b) return false;
+  if (b->count) {
+    seal(b, b->ptrs, b->count);
+    return true;
+  }
+  free(b);
+  return false;
+}
+
+void drain_sink(void* const* objs, size_t n, void*) { seal(new_block(), objs, n); }
+
+// The push of a thread without a CPU sheaf: the open block of its CPU's slot.
+void push_locked(void* p) {
+  bool sealed = false;
+  {
+    DeferSlot& s = current_slot();
+    LockGuard g(s.lock);
+    if (!s.open) s.open = new_block();
+    if (!s.open) {
+      LockGuard q(queue_lock_);
+      add_to_chain_locked(p);
+    } else {
+      s.open->ptrs[s.open->count++] = p;
+      if (s.open->count == kDeferCap) sealed = close_slot_locked(s);
+    }
+  }
+  if (sealed) after_seal();
+}
+
+}  // namespace
+
+void defer_locked(void* p) {
+  decide();
+  if (g_defer_percpu) return free_deferred(p);
+  push_locked(p);
+}
+
+void defer_retry(void* p, unsigned) { free_deferred(p); }
+
+void defer_miss(void* p, unsigned) {
+  // The sheaf is full, not open yet (a new CPU, or emptied by a barrier), or the
+  // thread has no usable CPU; a full sheaf moves into a fresh block.
+  DeferBlock* b = new_block();
+  void* spill[kDeferCap];
+  long k = percpu_defer_take(b ? b->ptrs : spill);
+  if (k <= 0) {
+    if (b) free(b);
+    // No usable CPU for this thread (rseq refused, CPU id out of range): the slots.
+    if (k < 0) return push_locked(p);
+  } else {
+    seal(b, b ? b->ptrs : spill, static_cast<size_t>(k));
+  }
+  free_deferred(p);
+  if (k > 0) after_seal();
+}
+
+void synchronize() { grace_synchronize(); }
+
+void deferred_poll() {
+  if (!decided_.load(std::memory_order_acquire)) return;
+  poll(false);
+}
+
+void deferred_barrier() {
+  if (grace_in_section())
+    grace_misuse("uslab_deferred_barrier called inside a read-side section");
+  decide();
+  percpu_defer_drain_all(drain_sink, nullptr);
+  for (uint32_t i = 0; i < nslots_; i++) {
+    LockGuard g(slots_[i].lock);
+    close_slot_locked(slots_[i]);
+  }
+  uint64_t blocks, chained;
+  {
+    LockGuard g(queue_lock_);
+    blocks = blocks_sealed_;
+    chained = chained_;
+  }
+  for (;;) {
+    {
+      LockGuard g(queue_lock_);
+      if (blocks_freed_ >= blocks && chained_freed_ >= chained) return;
+    }
+    if (!poll(true)) os::sleep_ns(50000);  // another thread is polling
+  }
+}
+
+DeferredStats deferred_stats() {
+  DeferredStats st{};
+  if (decided_.load(std::memory_order_acquire)) {
+    size_t open = percpu_defer_pending();
+    for (uint32_t i = 0; i < nslots_; i++) {
+      LockGuard g(slots_[i].lock);
+      if (slots_[i].open) open += slots_[i].open->count;
+    }
+    LockGuard g(queue_lock_);
+    for (DeferBlock* b = head_; b; b = b->next)
+      for (size_t i = 0; i < b->count; i++) st.bytes_waiting += usable_size(b->ptrs[i]);
+    st.bytes_waiting += chain_bytes_;
+    st.blocks = blocks_;
+    st.emergency_objects = chain_count_;
+    st.objects_pending = open + sealed_objects_ + chain_count_;
+    st.blocks_freed = blocks_freed_;
+    st.objects_freed = objects_freed_;
+  }
+  st.grace_periods = grace_completed();
+  st.membarrier = grace_uses_membarrier();
+  return st;
+}
+
+namespace {
+
+void* background_main(void*) {
+  for (;;) {
+    uint64_t period_ms = g_config.decay_ms / 40;
+    if (period_ms < 1) period_ms = 1;
+    if (period_ms > 100) period_ms = 100;
+    os::sleep_ns(period_ms * 1000000);
+    deferred_poll();
+    depot_maybe_decay();
+    g_page_heap.purge(false);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void background_thread_maybe_start() {
+  if (!g_config.background_thread || bg_running_.load(std::memory_order_relaxed)) return;
+  bool expected = false;
+  if (!bg_running_.compare_exchange_strong(expected, true)) return;
+  // The thread takes no signals meant for the program.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 << 10);
+  pthread_t t;
+  if (pthread_create(&t, &attr, background_main, nullptr) != 0)
+    bg_running_.store(false);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+void deferred_fork_prepare() {
+  if (decided_.load(std::memory_order_acquire))
+    for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.lock();
+  queue_lock_.lock();
+  fork_poller_is_me_ = poller_ == current_tid();
+}
+
+void deferred_fork_parent() {
+  queue_lock_.unlock();
+  if (decided_.load(std::memory_order_acquire))
+    for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.unlock();
+}
+
+void deferred_fork_child() {
+  queue_lock_.reset_after_fork();
+  if (decided_.load(std::memory_order_acquire))
+    for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.reset_after_fork();
+  // The blocks a poll in another thread had detached go back to the queue (that
+  // thread does not exist here); a poll the forking thread itself is in goes on.
+  if (poller_ && !fork_poller_is_me_) requeue_inflight_locked();
+  grace_fork_child();
+  bg_running_.store(false, std::memory_order_relaxed);
+}
+
+}  // namespace uslab::heap

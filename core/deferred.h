@@ -1,0 +1,81 @@
+// core/deferred.h — deferred frees (uslab_free_deferred): objects freed only after
+// a grace period (core/alloc/grace.h), batched in page-sized blocks of pointers and
+// given back with the bulk free, as the kernel's kfree_rcu does.
+//
+// Owns: the per-CPU deferred sheaves' miss path (the sheaf itself is slot
+// kDeferSheaf of each per-CPU region, pushed to by the rseq fast path below), the
+// locked per-CPU slots used where the per-CPU mode is off or a thread has no usable
+// CPU, the queue of sealed blocks (each stamped with the grace-period counter when
+// sealed), the emergency chain (objects linked through their own first word when no
+// block can be allocated: a deferred free is never lost), polling and the barrier,
+// the optional background thread, stats and fork handling.
+//
+// Flow: push → full sheaf → its pointers move into a fresh 4 KiB block, which is
+// stamped and queued → a poll (after each seal, on the allocator's decay tick, in
+// malloc_trim, on the background thread, or in uslab_deferred_barrier) detaches the
+// queue, starts a grace period, and frees every block whose stamp is complete with
+// free_bulk (grouped by slab); the others go back to the head of the queue.
+//
+// Locking: the rseq push takes no lock. Slot locks guard their open block; the
+// queue lock guards the queue, the emergency chain and the counters and is never
+// held across a grace-period wait or a heap call. One poller at a time (poller_ in
+// the queue, set under its lock) owns the blocks it detached; nobody waits for it
+// while holding a lock. Order: slot lock → queue lock → heap locks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/alloc.h"
+
+namespace uslab::heap {
+
+// Miss and retry paths of the per-CPU push.
+void defer_miss(void* p, unsigned slot);
+void defer_retry(void* p, unsigned slot);
+// The push of a thread without a usable CPU sheaf (locked slots).
+void defer_locked(void* p);
+// True once the per-CPU deferred sheaves are in use (per-CPU mode with rseq fences).
+extern bool g_defer_percpu USLAB_HIDDEN;
+
+// uslab_free_deferred: p is freed after every read-side section that was open now
+// has closed. NULL is a no-op.
+inline void free_deferred(void* p) {
+  if (p == nullptr) return;
+  if (__builtin_expect(g_defer_percpu, 1))
+    return percpu_push_one<defer_miss, defer_retry>(p, kDeferSheaf);
+  defer_locked(p);
+}
+
+inline void read_lock() { grace_read_lock(); }
+inline void read_unlock() { grace_read_unlock(); }
+// Blocks until a grace period has passed (reported and aborts inside a section).
+void synchronize();
+// Blocks until every deferred free queued before the call has been done.
+void deferred_barrier();
+// Frees the queued blocks whose grace period has completed, after starting a new
+// grace period; never waits. Cheap when nothing is queued.
+void deferred_poll();
+
+struct DeferredStats {
+  size_t blocks;            // sealed blocks waiting (queued or being freed)
+  size_t objects_pending;   // pointers not freed yet (open sheaves and slots too)
+  size_t bytes_waiting;     // their usable bytes (sealed blocks and emergency chain)
+  size_t emergency_objects; // of them, chained through their own memory
+  uint64_t grace_periods;   // grace periods seen complete
+  uint64_t blocks_freed;    // blocks freed so far
+  uint64_t objects_freed;   // deferred objects freed so far
+  bool membarrier;          // writers use membarrier (else readers fence)
+};
+DeferredStats deferred_stats();
+
+// Starts the background thread when `background_thread` is configured and it is not
+// running (also in a forked child).
+void background_thread_maybe_start();
+
+// fork: the queue lock and the slot locks, taken before the heap's.
+void deferred_fork_prepare();
+void deferred_fork_parent();
+void deferred_fork_child();
+
+}  // namespace uslab::heap
