@@ -17,6 +17,10 @@ Benchmarks (default: all):
                 at once, average cycles per phase by size
   instructions  instructions per malloc+free pair (valgrind callgrind, which has no
                 rseq: the per-thread fallback for uslab)
+  deferred      the kfree_rcu seed test: loops x objects allocated then handed to a
+                deferred free: uslab's blocks, a per-object callback baseline in the
+                same process, liburcu's call_rcu under jemalloc; ns per object, batches,
+                peak RSS; without and with a reader thread
 
 With --plot DIR, PNG charts (matplotlib) of what ran: cycles per operation by size,
 per-object cost by bulk size, throughput and peak RSS by workload, peak RSS of the
@@ -197,6 +201,53 @@ def bench_concurrent(args, allocs, out):
     out["concurrent"] = {f"{a}/{p}/{s}": v for (a, p, s), v in results.items()}
 
 
+def bench_deferred(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "deferred")
+    urcu = os.path.join(args.build, "bench", "deferred_urcu")
+    loops, objects = 5000, 1000
+    variants = [("uslab blocks", exe, "blocks", allocs["uslab"]),
+                ("per-object baseline", exe, "perobject", allocs["uslab"])]
+    if os.path.exists(urcu) and "jemalloc" in allocs:
+        variants.append(("liburcu call_rcu + jemalloc", urcu, "urcu", allocs["jemalloc"]))
+    results = {}  # (variant, size, readers) -> [rows]
+    cases = [(0, 0), (64, 0), (0, 1)]  # (size: 0 = varied 16…512, reader threads)
+
+    def one(name, spec):
+        exe_path, mode, lib = spec
+        for size, readers in cases:
+            for row in run_json([exe_path, mode, str(loops), str(objects), str(size),
+                                 str(readers)], lib):
+                results.setdefault((name, size, readers), []).append(row)
+
+    alternate({v[0]: v[1:] for v in variants}, args.rounds, one)
+    print(f"Command: tools/uslab bench deferred --rounds {args.rounds} ({loops} loops x "
+          f"{objects} objects: allocate them, hand each to a deferred free; the time includes "
+          "waiting until all are freed; medians over rounds)\n")
+    print("| sizes | reader threads | variant | ns per object | batches | peak RSS (KiB) | "
+          "time / uslab blocks | RSS / uslab blocks |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size, readers in cases:
+        base = results.get(("uslab blocks", size, readers))
+        if not base:
+            continue
+        bns = statistics.median(r["ns_per_object"] for r in base)
+        brss = statistics.median(r["peak_rss_kib"] for r in base)
+        for name, *_ in variants:
+            rows = results.get((name, size, readers), [])
+            if not rows:
+                continue
+            ns = statistics.median(r["ns_per_object"] for r in rows)
+            rss = statistics.median(r["peak_rss_kib"] for r in rows)
+            # liburcu does not tell how it batched its callbacks.
+            batches = ("—" if name.startswith("liburcu")
+                       else f'{statistics.median(r["batches"] for r in rows):.0f}')
+            label = "16…512" if size == 0 else str(size)
+            print(f"| {label} | {readers} | {name} | {ns:.1f} | {batches} | {rss:.0f} | "
+                  f"{ns / bns:.2f} | {rss / brss:.2f} |")
+    print()
+    out["deferred"] = {f"{n}/{s}/{r}": v for (n, s, r), v in results.items()}
+
+
 def bench_instructions(args, allocs, out):
     if not shutil.which("valgrind"):
         print("valgrind is not installed: instruction counts skipped\n")
@@ -321,7 +372,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
-    known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions"]
+    known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions",
+             "deferred"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -358,6 +410,8 @@ def main():
             bench_bulk(args, allocs, out)
         elif name == "concurrent":
             bench_concurrent(args, allocs, out)
+        elif name == "deferred":
+            bench_deferred(args, allocs, out)
         else:
             bench_instructions(args, allocs, out)
     if args.json:

@@ -32,6 +32,8 @@
 #include <x86intrin.h>
 #include <time.h>
 
+#include "peak_rss.h"
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -45,18 +47,6 @@ static uint64_t next_rand(uint64_t *s) { /* xorshift64* */
   x ^= x >> 27;
   *s = x;
   return x * 0x2545f4914f6cdd1dull;
-}
-
-/* VmHWM, the peak RSS of this process's memory (ru_maxrss would carry the parent's
- * peak across fork and exec). */
-static long peak_rss_kib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kib = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
-  if (f) fclose(f);
-  return kib;
 }
 
 static atomic_int stop;

@@ -11,8 +11,9 @@
 // the optional background thread, stats and fork handling.
 //
 // Flow: push → full sheaf → its pointers move into a fresh 4 KiB block, which is
-// stamped and queued → a poll (after each seal, on the allocator's decay tick, in
-// malloc_trim, on the background thread, or in uslab_deferred_barrier) detaches the
+// stamped and queued (the decay tick, malloc_trim, the background thread and the
+// barrier also seal sheaves that are not full) → a poll (once a few blocks wait, on
+// those occasions too) detaches the
 // queue, starts a grace period, and frees every block whose stamp is complete with
 // free_bulk (grouped by slab); the others go back to the head of the queue.
 //
@@ -56,6 +57,10 @@ void deferred_barrier();
 // Frees the queued blocks whose grace period has completed, after starting a new
 // grace period; never waits. Cheap when nothing is queued.
 void deferred_poll();
+// The decay tick's share (also malloc_trim's): seals the open sheaves and blocks,
+// however full, then polls, so deferred memory comes back in a program that stopped
+// deferring.
+void deferred_tick();
 
 struct DeferredStats {
   size_t blocks;            // sealed blocks waiting (queued or being freed)
@@ -64,6 +69,7 @@ struct DeferredStats {
   size_t emergency_objects; // of them, chained through their own memory
   uint64_t grace_periods;   // grace periods seen complete
   uint64_t blocks_freed;    // blocks freed so far
+  uint64_t batches_freed;   // blocks and emergency chains freed so far
   uint64_t objects_freed;   // deferred objects freed so far
   bool membarrier;          // writers use membarrier (else readers fence)
 };

@@ -243,7 +243,12 @@ struct BulkFree {
   uint64_t bytes = 0, inv = 0, limit = 0, mask = 0;
 
   void flush() {
-    if (len) free_bulk_class(run_cls, run, len);
+    // A short run (mixed sizes) is cheaper through the single-object push than
+    // through a batch section.
+    if (len > 2)
+      free_bulk_class(run_cls, run, len);
+    else
+      for (size_t i = 0; i < len; i++) free_object(run[i], run_cls);
     len = 0;
   }
   void add(void* p) {
@@ -279,17 +284,23 @@ struct BulkFree {
 }  // namespace
 
 void free_bulk(size_t n, void* const* ptrs) {
-  // Runs of objects of one class (the usual bulk free) go as one batch each; a
-  // pointer in the same slab as the previous one needs no page-map lookup.
+  // Runs of objects of one class go as one batch each; a pointer in the same slab as
+  // the previous one needs no page-map lookup. A pointer whose successor is on
+  // another page starts no run (mixed sizes, as in a deferred-free block): it takes
+  // the single-object path, which costs less than setting up a batch for it.
   BulkFree b;
   for (size_t i = 0; i < n; i++) {
     void* p = ptrs[i];
     if (!p) continue;
     uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - b.start);
-    if (__builtin_expect(off < b.bytes && exact_start(off, b.inv, b.limit, b.mask), 1))
+    if (__builtin_expect(off < b.bytes && exact_start(off, b.inv, b.limit, b.mask), 1)) {
       b.add(p);
-    else
+    } else if (i + 1 < n && ((reinterpret_cast<uintptr_t>(p) ^ reinterpret_cast<uintptr_t>(ptrs[i + 1])) >>
+                             kPageShift) == 0) {
       b.other(p);
+    } else {
+      free(p);
+    }
   }
   b.flush();
 }
@@ -361,7 +372,7 @@ void flush_thread_cache() { thread_cache_flush_mine(); }
 
 size_t trim() {
   config_init();
-  deferred_poll();
+  deferred_tick();
   thread_cache_flush_mine();
   percpu_drain_all();
   for (unsigned c = 1; c < kMaxClasses; c++) g_central[c].release_spare();

@@ -39,6 +39,7 @@ typedef struct uslab_stats {
   size_t deferred_bytes;   /* their bytes, in sealed blocks and the emergency chain */
   size_t deferred_blocks;  /* sealed blocks waiting for their grace period */
   unsigned long long grace_periods; /* grace periods completed */
+  unsigned long long deferred_batches; /* batches of deferred objects freed so far */
 } uslab_stats_t;
 
 #define USLAB_MODE_PER_THREAD 0   /* per-thread caches */

@@ -39,6 +39,7 @@ USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
   s.deferred_bytes = d.bytes_waiting;
   s.deferred_blocks = d.blocks;
   s.grace_periods = d.grace_periods;
+  s.deferred_batches = d.batches_freed;
   memcpy(out, &s, size);
   return 0;
 }

@@ -111,7 +111,10 @@ void depot_maybe_decay() {
     return;  // another thread runs this tick
   if (next == 0) return;  // the first call only starts the clock
   for (unsigned cls = 1; cls < kMaxClasses; cls++) g_depot[cls].decay(cls);
+  if (void (*hook)() = __atomic_load_n(&g_decay_hook, __ATOMIC_ACQUIRE)) hook();
 }
+
+void (*g_decay_hook)() = nullptr;
 
 DepotStats Depot::stats() {
   LockGuard g(lock_);

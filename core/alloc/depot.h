@@ -77,6 +77,9 @@ inline uint32_t depot_max_full(unsigned cls) {
 }
 
 // Runs the depots' decay tick when it is due (cheap otherwise); called from slow paths.
+// The tick also runs g_decay_hook when set (the facade's deferred frees: grace
+// periods advance on slow paths even in a program that stopped deferring).
 void depot_maybe_decay();
+extern void (*g_decay_hook)();
 
 }  // namespace uslab

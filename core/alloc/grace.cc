@@ -140,7 +140,22 @@ bool grace_uses_membarrier() {
   return membarrier_;
 }
 
+namespace {
+bool fork_took_init_ = false;
+}  // namespace
+
+// A set-up the forking thread itself is in (from a signal handler) is not waited for.
+void grace_fork_prepare() {
+  fork_took_init_ = !init_lock_.held_by_me();
+  if (fork_took_init_) init_lock_.lock();
+}
+
+void grace_fork_parent() {
+  if (fork_took_init_) init_lock_.unlock();
+}
+
 void grace_fork_child() {
+  init_lock_.reset_after_fork();
   for (ReaderRecord* r = records_.load(std::memory_order_acquire); r; r = r->next)
     if (r != t_reader) {
       r->ctr.store(0, std::memory_order_relaxed);

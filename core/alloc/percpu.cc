@@ -314,6 +314,7 @@ void percpu_defer_drain_all(void (*sink)(void* const*, size_t, void*), void* arg
     // slow path may need this CPU's lock).
     void* buf[kDeferCap];
     uint32_t n = 0;
+    if (cached_of(c, kDeferSheaf) == 0) continue;  // nothing to fence for
     {
       CpuMeta& m = meta_[c];
       LockGuard g(m.lock);

@@ -126,7 +126,11 @@ void* thread_cache_alloc_slow(unsigned cls) {
   b.count = static_cast<uint32_t>(g_central[cls].alloc_batch(cls, b.slots, want));
   tc->refills++;
   if (!b.count) return os::fail_nomem();
-  return b.slots[--b.count];
+  void* p = b.slots[--b.count];
+  // The decay clock (and what hangs on it) runs on slow paths; p is taken first, as
+  // the tick may free objects into this thread's bins.
+  if (tc->refills % 64 == 0) depot_maybe_decay();
+  return p;
 }
 
 void thread_cache_free_slow(void* p, unsigned cls) {

@@ -9,7 +9,8 @@
 //
 // Owns: the ThreadCache records (from a MetaPool), the registry of live caches, the
 // pthread key whose destructor flushes a cache when its thread exits, and the two
-// initial-exec TLS words (t_cache, t_state) — with rseq.cc's area 46 bytes in all,
+// initial-exec TLS words (t_cache, t_state) — with rseq.cc's area and grace.cc's
+// reader pointer 56 bytes in all,
 // small enough for glibc's static TLS surplus when libuslab.so is dlopen'ed
 // (jemalloc#937).
 //

@@ -17,8 +17,12 @@
  *             section, hold a grace period until the outermost unlock
  *   misuse    synchronize/barrier inside a section and an unmatched unlock abort
  *             with a message
+ *   background  (run with USLAB_CONF=background_thread=true) deferred frees that fill
+ *             no block and meet no later call still come back, through the background
+ *             thread; malloc_trim(0) does it at once without one
  * Each test prints a one-line report; the exit status is the number of failures. */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -467,6 +471,36 @@ static void test_misuse(void) {
   printf("misuse: 3 misuses reported and aborted\n");
 }
 
+/* ---- background ------------------------------------------------------------------ */
+
+static int threads_now(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &n) == 1) break;
+  if (f) fclose(f);
+  return n;
+}
+
+static void test_background(void) {
+  for (int i = 0; i < 3000; i++) uslab_free_deferred(malloc(16 + i % 256));
+  size_t after = stats().deferred_objects;
+  CHECK(after > 0);  /* blocks wait for a few more before a poll; the sheaf is open */
+  double deadline = now_s() + 5;
+  while (stats().deferred_objects != 0 && now_s() < deadline) usleep(20000);
+  size_t left = stats().deferred_objects;
+  CHECK(left == 0);
+  CHECK(threads_now() == 2);  /* this one and uslab's */
+  /* Without the thread's help: malloc_trim seals and frees at once. */
+  for (int i = 0; i < 700; i++) uslab_free_deferred(malloc(32));
+  malloc_trim(0);
+  size_t trimmed = stats().deferred_objects;
+  CHECK(trimmed == 0);
+  printf("background: %zu deferred objects pending after the frees, %zu after waiting with "
+         "no other call; %zu after malloc_trim\n", after, left, trimmed);
+}
+
 int main(int argc, char **argv) {
   require_uslab();
   const char *test = argc > 1 ? argv[1] : "";
@@ -485,8 +519,11 @@ int main(int argc, char **argv) {
     test_nesting();
   else if (!strcmp(test, "misuse"))
     test_misuse();
+  else if (!strcmp(test, "background"))
+    test_background();
   else {
-    fprintf(stderr, "usage: deferred readers|bounded|oom|fork|exit|nesting|misuse [SECONDS]\n");
+    fprintf(stderr, "usage: deferred readers|bounded|oom|fork|exit|nesting|misuse|background "
+                    "[SECONDS]\n");
     return 2;
   }
   return check_done("deferred");
