@@ -242,7 +242,7 @@ bool poll(bool wait) {
 // thread running, on the 2-core test machine), so a seal polls only once this many
 // blocks wait; the decay tick, malloc_trim and the background thread seal what is
 // left open and poll.
-constexpr size_t kPollBlocks = 4;
+constexpr size_t kPollBlocks = 2;
 
 // After a block was sealed: free what is ready (and keep the background thread
 // alive where it is configured).
