@@ -17,6 +17,10 @@ Benchmarks (default: all):
                 at once, average cycles per phase by size
   instructions  instructions per malloc+free pair (valgrind callgrind, which has no
                 rseq: the per-thread fallback for uslab)
+  rss           memory return: a 256 MB peak of small objects freed, and a
+                fragmentation workload (phases of size mixes, random survivors), each
+                followed by 3 s of light activity; RSS sampled every 10 ms; uslab
+                (default and with background_thread), jemalloc and glibc, decay 1 s
   deferred      the kfree_rcu seed test: loops x objects allocated then handed to a
                 deferred free: uslab's blocks, a per-object callback baseline in the
                 same process, liburcu's call_rcu under jemalloc; ns per object, batches,
@@ -248,6 +252,58 @@ def bench_deferred(args, allocs, out):
     out["deferred"] = {f"{n}/{s}/{r}": v for (n, s, r), v in results.items()}
 
 
+def bench_rss(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "rss")
+    idle_ms = 3000
+    configs = [("uslab", allocs["uslab"], {"USLAB_CONF": "decay_ms=1000"}),
+               ("uslab background_thread", allocs["uslab"],
+                {"USLAB_CONF": "decay_ms=1000,background_thread=true"})]
+    if "jemalloc" in allocs:
+        configs.append(("jemalloc", allocs["jemalloc"],
+                        {"MALLOC_CONF": "dirty_decay_ms:1000,muzzy_decay_ms:0"}))
+    configs.append(("glibc", "", {}))
+    results = {}  # (config, workload) -> [rows]
+
+    def one(name, spec):
+        lib, extra = spec
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        env.update(extra)
+        if lib:
+            env["LD_PRELOAD"] = lib
+        for workload in ("peak", "frag"):
+            text = subprocess.run([exe, workload, str(idle_ms)], env=env, check=True,
+                                  capture_output=True, text=True).stdout
+            results.setdefault((name, workload), []).append(json.loads(text))
+
+    alternate({c[0]: c[1:] for c in configs}, args.rounds, one)
+    print(f"Command: tools/uslab bench rss --rounds {args.rounds} (decay 1 s for uslab and "
+          f"jemalloc: USLAB_CONF=decay_ms=1000, MALLOC_CONF=dirty_decay_ms:1000,muzzy_decay_ms:0; "
+          f"{idle_ms} ms of light activity after the frees; medians over rounds; \"back\" is the "
+          "time after the frees until RSS came within max(10%, 2 MiB) of the level before "
+          "the peak, — when it did not)\n")
+    print("| workload | allocator | RSS before (MiB) | peak RSS (MiB) | RSS at the end (MiB) | "
+          "end − before (MiB) | back within (ms) | peak / jemalloc | end / jemalloc |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for workload in ("peak", "frag"):
+        jem = results.get(("jemalloc", workload))
+        jpeak = statistics.median(r["peak_kib"] for r in jem) if jem else None
+        jend = statistics.median(r["end_kib"] for r in jem) if jem else None
+        for name, *_ in configs:
+            rows = results[(name, workload)]
+            before = statistics.median(r["before_kib"] for r in rows)
+            peak = statistics.median(r["peak_kib"] for r in rows)
+            end = statistics.median(r["end_kib"] for r in rows)
+            backs = [r["back_ms"] for r in rows]
+            back = "—" if min(backs) < 0 else f"{statistics.median(backs):.0f}"
+            ratios = (f"{peak / jpeak:.2f} | {end / jend:.2f}" if jem else "— | —")
+            print(f"| {workload} | {name} | {before / 1024:.1f} | {peak / 1024:.1f} | "
+                  f"{end / 1024:.1f} | {(end - before) / 1024:.1f} | {back} | {ratios} |")
+    print()
+    # The first run of each, for the RSS-over-time chart.
+    out["rss"] = {f"{n}/{w}": rows for (n, w), rows in results.items()}
+
+
 def bench_instructions(args, allocs, out):
     if not shutil.which("valgrind"):
         print("valgrind is not installed: instruction counts skipped\n")
@@ -293,6 +349,24 @@ def plot(out, directory):
         fig.savefig(path, dpi=110)
         plt.close(fig)
         files.append(path)
+
+    if "rss" in out:
+        fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
+        for ax, workload in zip(axes, ("peak", "frag")):
+            for key, rows in out["rss"].items():
+                name, w = key.rsplit("/", 1)
+                if w != workload:
+                    continue
+                run = rows[0]
+                ax.plot([t / 1000 for t, _ in run["samples"]],
+                        [kib / 1024 for _, kib in run["samples"]], label=name)
+            ax.set_xlabel("seconds")
+            ax.set_ylabel("RSS (MiB)")
+            ax.set_title({"peak": "256 MB peak, freed, then light activity",
+                          "frag": "fragmentation phases, freed, then light activity"}[workload])
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        save(fig, "rss.png")
 
     if "micro" in out:
         fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
@@ -373,7 +447,7 @@ def main():
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions",
-             "deferred"]
+             "deferred", "rss"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -412,6 +486,8 @@ def main():
             bench_concurrent(args, allocs, out)
         elif name == "deferred":
             bench_deferred(args, allocs, out)
+        elif name == "rss":
+            bench_rss(args, allocs, out)
         else:
             bench_instructions(args, allocs, out)
     if args.json:

@@ -244,11 +244,21 @@ bool poll(bool wait) {
 // left open and poll.
 constexpr size_t kPollBlocks = 2;
 
+// When this many blocks wait (a reader preempted inside its section holds every
+// grace period up), a thread that seals one waits for a grace period instead of
+// piling up more: the footprint stays bounded (the kernel's kfree_rcu falls back to
+// synchronize_rcu the same way). 128 blocks are 65024 objects.
+constexpr size_t kMaxWaitingBlocks = 128;
+
 // After a block was sealed: free what is ready (and keep the background thread
 // alive where it is configured).
 void after_seal() {
   background_thread_maybe_start();
-  if (__atomic_load_n(&blocks_, __ATOMIC_RELAXED) >= kPollBlocks) poll(false);
+  size_t waiting = __atomic_load_n(&blocks_, __ATOMIC_RELAXED);
+  if (waiting >= kMaxWaitingBlocks && !grace_in_section())
+    poll(true);
+  else if (waiting >= kPollBlocks)
+    poll(false);
 }
 
 DeferSlot& current_slot() {
@@ -333,6 +343,7 @@ void deferred_poll() {
 }
 
 void deferred_tick() {
+  background_thread_maybe_start();  // again in a forked child
   if (!decided_.load(std::memory_order_acquire)) return;
   seal_open();
   poll(false);
@@ -391,8 +402,7 @@ void* background_main(void*) {
     if (period_ms > 100) period_ms = 100;
     os::sleep_ns(period_ms * 1000000);
     deferred_poll();
-    depot_maybe_decay();
-    g_page_heap.purge(false);
+    decay_maybe_tick();
   }
   return nullptr;
 }

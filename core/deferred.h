@@ -76,7 +76,8 @@ struct DeferredStats {
 DeferredStats deferred_stats();
 
 // Starts the background thread when `background_thread` is configured and it is not
-// running (also in a forked child).
+// running: at start (the library's constructor), and again from the decay tick and
+// deferred frees in a forked child (which has no threads but the forking one).
 void background_thread_maybe_start();
 
 // fork: the queue lock and the slot locks, taken before the heap's.

@@ -518,6 +518,7 @@ void init() {
     int fd = os::dup_high(2);
     if (fd >= 0) g_report_fd = fd;
   }
+  background_thread_maybe_start();
 }
 
 bool stats_at_exit() {

@@ -101,21 +101,6 @@ void Depot::release(unsigned cls, uint32_t sheaves) {
   }
 }
 
-void depot_maybe_decay() {
-  static constinit std::atomic<uint64_t> next_tick_ms{0};
-  uint64_t now = os::now_ms();
-  uint64_t next = next_tick_ms.load(std::memory_order_relaxed);
-  if (now < next) return;
-  uint64_t period = g_config.decay_ms / 4 ? g_config.decay_ms / 4 : 1;
-  if (!next_tick_ms.compare_exchange_strong(next, now + period, std::memory_order_relaxed))
-    return;  // another thread runs this tick
-  if (next == 0) return;  // the first call only starts the clock
-  for (unsigned cls = 1; cls < kMaxClasses; cls++) g_depot[cls].decay(cls);
-  if (void (*hook)() = __atomic_load_n(&g_decay_hook, __ATOMIC_ACQUIRE)) hook();
-}
-
-void (*g_decay_hook)() = nullptr;
-
 DepotStats Depot::stats() {
   LockGuard g(lock_);
   return DepotStats{objects_, hits_};

@@ -7,7 +7,7 @@
 // and then for a whole batch; a drain that finds the depot at its bound frees the
 // batch to the slabs (grouped by slab, one class lock per batch). The bound is
 // 256 KiB of objects per class. Idle sheaves decay: every tick (a quarter of
-// decay_ms, driven by the per-CPU slow paths), the sheaves that stayed in the depot
+// decay_ms, decay_maybe_tick in percpu.h), the sheaves that stayed in the depot
 // through the whole last interval (its low-water mark) go back to the slabs, as
 // tcmalloc's transfer cache is plundered.
 //
@@ -76,10 +76,5 @@ inline uint32_t depot_max_full(unsigned cls) {
   return static_cast<uint32_t>(n < 1 ? 1 : n);
 }
 
-// Runs the depots' decay tick when it is due (cheap otherwise); called from slow paths.
-// The tick also runs g_decay_hook when set (the facade's deferred frees: grace
-// periods advance on slow paths even in a program that stopped deferring).
-void depot_maybe_decay();
-extern void (*g_decay_hook)();
 
 }  // namespace uslab

@@ -23,6 +23,7 @@ struct CpuMeta {
   bool fork_taken;
   uint32_t clock;            // next class the capacity thief looks at
   uint64_t missed[kMaxClasses / 64];  // bit per class: missed since the thief last passed
+  uint64_t active[kMaxClasses / 64];  // bit per class: missed since the last decay tick
   size_t capacity_bytes;     // sum over classes of capacity × size
   uint32_t misses;           // all misses, for the depots' decay clock
   uint64_t grows, steals, drains;
@@ -103,6 +104,7 @@ void on_miss(uint32_t c, unsigned cls) {
   m.lock.lock();
   if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
   m.missed[cls / 64] |= uint64_t{1} << (cls % 64);
+  m.active[cls / 64] |= uint64_t{1} << (cls % 64);
   uint32_t cap = capacity_of(c, cls);
   uint32_t max = sheaf_max_capacity(cls);
   if (cap < max) {
@@ -118,7 +120,7 @@ void on_miss(uint32_t c, unsigned cls) {
   }
   bool tick = ++m.misses % 64 == 0;
   m.lock.unlock();
-  if (tick) depot_maybe_decay();
+  if (tick) decay_maybe_tick();
 }
 
 // Runs a batch section (pop or push of up to n objects) on the CPU the thread is
@@ -223,19 +225,31 @@ void percpu_free_slow(void* p, unsigned cls) {
 
 namespace {
 
-// Detaches CPU c's sheaves [lo, hi) (header indexes; its lock held): their headers
-// become 0 and cur[i] the top slot each had. See percpu.h for why the swap-to-0,
-// fence, re-check loop leaves no section able to commit on those headers. False when
-// the fence fails: the headers stay 0 and the cached objects are abandoned rather
-// than risked.
-bool detach(uint32_t c, unsigned lo, unsigned hi, uint32_t* cur) {
+// A set of header indexes (size classes and kDeferSheaf).
+struct HeaderSet {
+  uint64_t w[(kSheafHeaders + 63) / 64] = {};
+  void add(unsigned i) { w[i / 64] |= uint64_t{1} << (i % 64); }
+  bool has(unsigned i) const { return w[i / 64] >> (i % 64) & 1; }
+  static HeaderSet range(unsigned lo, unsigned hi) {
+    HeaderSet s;
+    for (unsigned i = lo; i < hi; i++) s.add(i);
+    return s;
+  }
+};
+
+// Detaches CPU c's sheaves in `set` (its lock held): their headers become 0 and
+// cur[i] the top slot each had. See percpu.h for why the swap-to-0, fence, re-check
+// loop leaves no section able to commit on those headers. False when the fence
+// fails: the headers stay 0 and the cached objects are abandoned rather than risked.
+bool detach(uint32_t c, const HeaderSet& set, uint32_t* cur) {
   uint32_t* h = headers(c);
-  for (unsigned i = lo; i < hi; i++) cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
+  for (unsigned i = 1; i < kSheafHeaders; i++)
+    if (set.has(i)) cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
   for (;;) {
     if (!rseq_fence_cpu(c)) return false;
     bool again = false;
-    for (unsigned i = lo; i < hi; i++)
-      if (__atomic_load_n(&h[i], __ATOMIC_SEQ_CST) != 0) {
+    for (unsigned i = 1; i < kSheafHeaders; i++)
+      if (set.has(i) && __atomic_load_n(&h[i], __ATOMIC_SEQ_CST) != 0) {
         // A section committed after the swap (a 16-bit store of current).
         cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
         again = true;
@@ -248,21 +262,24 @@ void** slots_of(uint32_t c) {
   return reinterpret_cast<void**>(g_cpu_region + (size_t{c} << kCpuRegionShift));
 }
 
-// Empties CPU c's sheaves of classes [lo, hi) into the slabs (its lock held).
-bool drain_cpu(uint32_t c, CpuMeta& m, unsigned lo, unsigned hi) {
-  uint32_t cur[kMaxClasses];
+// Empties CPU c's sheaves of the classes in `set` into the slabs, their capacity
+// back to the budget (its lock held).
+bool drain_cpu(uint32_t c, CpuMeta& m, const HeaderSet& set) {
+  uint32_t cur[kSheafHeaders];
   size_t capacity = 0;
-  for (unsigned cls = lo; cls < hi; cls++) capacity += size_t{capacity_of(c, cls)} * class_size(cls);
+  for (unsigned cls = 1; cls < kMaxClasses; cls++)
+    if (set.has(cls)) capacity += size_t{capacity_of(c, cls)} * class_size(cls);
   m.capacity_bytes -= capacity;
-  if (!detach(c, lo, hi, cur)) return false;
+  if (!detach(c, set, cur)) return false;
   void** slots = slots_of(c);
-  for (unsigned cls = lo; cls < hi; cls++)
-    for (uint32_t i = begin_of(cls); i < cur[cls]; i += kMaxBatch) {
-      // Objects are the slots (begin, current].
-      uint32_t k = cur[cls] - i < kMaxBatch ? cur[cls] - i : static_cast<uint32_t>(kMaxBatch);
-      sheaf_acquire(slots + i + 1, k);
-      g_central[cls].free_batch(cls, slots + i + 1, k);
-    }
+  for (unsigned cls = 1; cls < kMaxClasses; cls++)
+    if (set.has(cls))
+      for (uint32_t i = begin_of(cls); i < cur[cls]; i += kMaxBatch) {
+        // Objects are the slots (begin, current].
+        uint32_t k = cur[cls] - i < kMaxBatch ? cur[cls] - i : static_cast<uint32_t>(kMaxBatch);
+        sheaf_acquire(slots + i + 1, k);
+        g_central[cls].free_batch(cls, slots + i + 1, k);
+      }
   m.drains++;
   return true;
 }
@@ -272,12 +289,50 @@ void drain_classes(unsigned lo, unsigned hi) {
     for (uint32_t c = 0; c < g_cpu_count; c++) {
       CpuMeta& m = meta_[c];
       LockGuard g(m.lock);
-      if (m.ready) drain_cpu(c, m, lo, hi);
+      if (m.ready) drain_cpu(c, m, HeaderSet::range(lo, hi));
     }
   for (unsigned cls = lo; cls < hi; cls++) g_depot[cls].flush(cls);
 }
 
+// The tick's share of the CPU sheaves: on every CPU, the classes that did not miss
+// since the last tick are drained and their capacity goes back to the budget (idle
+// capacity shrinks; a class in use regrows it by a batch per miss).
+void decay_idle_sheaves() {
+  if (!g_percpu || !rseq_fence_available()) return;
+  for (uint32_t c = 0; c < g_cpu_count; c++) {
+    CpuMeta& m = meta_[c];
+    LockGuard g(m.lock);
+    if (!m.ready) continue;
+    HeaderSet idle;
+    bool any = false;
+    for (unsigned cls = 1; cls < kMaxClasses; cls++)
+      if (capacity_of(c, cls) && !(m.active[cls / 64] >> (cls % 64) & 1)) {
+        idle.add(cls);
+        any = true;
+      }
+    memset(m.active, 0, sizeof m.active);
+    if (any) drain_cpu(c, m, idle);
+  }
+}
+
 }  // namespace
+
+void (*g_decay_hook)() = nullptr;
+
+void decay_maybe_tick() {
+  static constinit std::atomic<uint64_t> next_tick_ms{0};
+  uint64_t now = os::now_ms();
+  uint64_t next = next_tick_ms.load(std::memory_order_relaxed);
+  if (now < next) return;
+  uint64_t period = g_config.decay_ms / 4 ? g_config.decay_ms / 4 : 1;
+  if (!next_tick_ms.compare_exchange_strong(next, now + period, std::memory_order_relaxed))
+    return;  // another thread runs this tick
+  if (next == 0) return;  // the first call only starts the clock
+  for (unsigned cls = 1; cls < kMaxClasses; cls++) g_depot[cls].decay(cls);
+  decay_idle_sheaves();
+  if (void (*hook)() = __atomic_load_n(&g_decay_hook, __ATOMIC_ACQUIRE)) hook();
+  g_page_heap.purge(false);  // pages free for decay_ms, even if the heap saw no call since
+}
 
 size_t percpu_take(unsigned cls, void** out, size_t n) {
   return on_current_cpu(cls, n, true,
@@ -319,7 +374,7 @@ void percpu_defer_drain_all(void (*sink)(void* const*, size_t, void*), void* arg
       CpuMeta& m = meta_[c];
       LockGuard g(m.lock);
       uint32_t cur[kSheafHeaders];
-      if (!m.ready || !detach(c, kDeferSheaf, kDeferSheaf + 1, cur)) continue;
+      if (!m.ready || !detach(c, HeaderSet::range(kDeferSheaf, kDeferSheaf + 1), cur)) continue;
       uint32_t begin = begin_of(kDeferSheaf);
       n = cur[kDeferSheaf] > begin ? cur[kDeferSheaf] - begin : 0;
       memcpy(buf, slots_of(c) + begin + 1, n * sizeof(void*));

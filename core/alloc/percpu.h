@@ -111,6 +111,15 @@ bool percpu_decided();
 void percpu_drain_all();
 void percpu_drain_class(unsigned cls);
 
+// The decay tick, run every quarter of decay_ms by whichever slow path notices it is
+// due (cheap otherwise; also by the background thread): the depots' idle sheaves go
+// back to the slabs, CPU sheaves of classes that did not miss since the last tick
+// are drained (idle capacity shrinks back), then g_decay_hook runs when set (the
+// facade's deferred frees: grace periods advance even in a program that stopped
+// deferring), and the page heap returns pages free for decay_ms.
+void decay_maybe_tick();
+extern void (*g_decay_hook)();
+
 // The deferred-free sheaves (pushes go through percpu_push_one with kDeferSheaf).
 // Only used when rseq_fence_available(): a barrier must be able to empty them all.
 // percpu_defer_take opens the current CPU's deferred sheaf if it is not open yet

@@ -129,7 +129,7 @@ void* thread_cache_alloc_slow(unsigned cls) {
   void* p = b.slots[--b.count];
   // The decay clock (and what hangs on it) runs on slow paths; p is taken first, as
   // the tick may free objects into this thread's bins.
-  if (tc->refills % 64 == 0) depot_maybe_decay();
+  if (tc->refills % 64 == 0) decay_maybe_tick();
   return p;
 }
 

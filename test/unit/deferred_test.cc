@@ -106,7 +106,7 @@ TEST_CASE("readers never see a deferred object freed under them") {
       }
     });
   uint64_t next = kSlots;
-  for (int i = 0; i < 100000; i++) {
+  for (int i = 0; i < 100000 || reads.load() < 10000; i++) {
     Obj* o = make(next++);
     Obj* old = table[i % kSlots].exchange(o, std::memory_order_acq_rel);
     // Freed memory is scribbled on only after the grace period, by whoever reuses it.
