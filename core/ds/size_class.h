@@ -81,14 +81,17 @@ constexpr uint16_t clamp16(size_t v, size_t lo, size_t hi) {
 constexpr SizeClassInfo make_info(uint32_t size, size_t max_sheaf = kMaxSheafCap) {
   SizeClassInfo c{size, 0, 0, 0, 0, 0, 0, 0};
   if (size == 0) return c;
-  // Shortest slab with at least 8 objects and at most 1/16 of it wasted.
+  // Shortest slab with at least 8 objects (fewer for objects above 8 KiB, down to 2:
+  // a slab of big objects stays pinned by any one survivor, so they get small slabs,
+  // as jemalloc serves them from page runs) and at most 1/16 of it wasted.
+  size_t min_objs = 65536 / size < 2 ? 2 : 65536 / size > 8 ? 8 : 65536 / size;
   uint16_t best_pages = 0;
   for (uint16_t np = 1; np <= kMaxSlabPages; np++) {
     size_t bytes = np * kPageSize;
     size_t objs = bytes / size;
     if (objs > kMaxSlabObjects) objs = kMaxSlabObjects;
     size_t waste = bytes - objs * size;
-    if (objs >= 8 && waste * 16 <= bytes) {
+    if (objs >= min_objs && waste * 16 <= bytes) {
       best_pages = np;
       break;
     }
