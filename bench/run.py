@@ -300,7 +300,6 @@ def bench_rss(args, allocs, out):
             print(f"| {workload} | {name} | {before / 1024:.1f} | {peak / 1024:.1f} | "
                   f"{end / 1024:.1f} | {(end - before) / 1024:.1f} | {back} | {ratios} |")
     print()
-    # The first run of each, for the RSS-over-time chart.
     out["rss"] = {f"{n}/{w}": rows for (n, w), rows in results.items()}
 
 
@@ -357,7 +356,7 @@ def plot(out, directory):
                 name, w = key.rsplit("/", 1)
                 if w != workload:
                     continue
-                run = rows[0]
+                run = sorted(rows, key=lambda r: r["end_kib"])[len(rows) // 2]  # the median run
                 ax.plot([t / 1000 for t, _ in run["samples"]],
                         [kib / 1024 for _, kib in run["samples"]], label=name)
             ax.set_xlabel("seconds")

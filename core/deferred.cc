@@ -369,8 +369,9 @@ void deferred_barrier() {
   }
 }
 
-DeferredStats deferred_stats() {
+DeferredStats deferred_stats(size_t* per_class) {
   DeferredStats st{};
+  if (per_class) memset(per_class, 0, kMaxClasses * sizeof(size_t));
   if (decided_.load(std::memory_order_acquire)) {
     size_t open = percpu_defer_pending();
     for (uint32_t i = 0; i < nslots_; i++) {
@@ -379,8 +380,14 @@ DeferredStats deferred_stats() {
     }
     LockGuard g(queue_lock_);
     for (DeferBlock* b = head_; b; b = b->next)
-      for (size_t i = 0; i < b->count; i++) st.bytes_waiting += usable_size(b->ptrs[i]);
+      for (size_t i = 0; i < b->count; i++) {
+        st.bytes_waiting += usable_size(b->ptrs[i]);
+        if (per_class) per_class[PageMap::entry(b->ptrs[i]) & PageMap::kClassMask]++;
+      }
     st.bytes_waiting += chain_bytes_;
+    if (per_class)
+      for (void* p = chain_; p; p = *static_cast<void**>(p))
+        per_class[PageMap::entry(p) & PageMap::kClassMask]++;
     st.blocks = blocks_;
     st.emergency_objects = chain_count_;
     st.objects_pending = open + sealed_objects_ + chain_count_;

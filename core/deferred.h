@@ -73,7 +73,9 @@ struct DeferredStats {
   uint64_t objects_freed;   // deferred objects freed so far
   bool membarrier;          // writers use membarrier (else readers fence)
 };
-DeferredStats deferred_stats();
+// With per_class (kMaxClasses entries), also the queued objects (sealed blocks and
+// the emergency chain, not the open sheaves) of each class (0: large objects).
+DeferredStats deferred_stats(size_t* per_class = nullptr);
 
 // Starts the background thread when `background_thread` is configured and it is not
 // running: at start (the library's constructor), and again from the decay tick and

@@ -454,32 +454,36 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     out("uslab stats (mode: per-thread caches (%s); %zu thread caches)\n",
         g_config.percpu ? "rseq unavailable" : "forced by percpu=false", cached.ncaches);
   }
-  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s %9s %9s\n", "class", "size", "slabs",
+  size_t deferred[kMaxClasses];
+  DeferredStats d = deferred_stats(deferred);
+  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s %9s %9s %9s\n", "class", "size", "slabs",
       "objects", "active", "cpu", "depot", "thread", "free", "refills", "drains", "depot-hit",
-      "slab-out", "slab-in");
+      "slab-out", "slab-in", "deferred");
   for (unsigned c = 1; c < kNumClasses; c++) {
     CentralStats cs = g_central[c].stats(c);
     if (cs.slabs == 0 && cs.batches_out == 0) continue;
     size_t used = cs.objects - cs.free_objects;
     size_t active = used > cached.total(c) ? used - cached.total(c) : 0;
-    const DepotStats& d = cached.depot[c];
-    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %9zu %9zu %9zu %9zu %9zu\n", c,
+    const DepotStats& dp = cached.depot[c];
+    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu\n", c,
         (unsigned)class_size(c), cs.slabs, cs.objects, active, cached.cpu[c].cpu_objects,
-        d.objects, cached.thread[c], cs.free_objects, (size_t)cached.cpu[c].refills,
-        (size_t)cached.cpu[c].drains, (size_t)d.hits, (size_t)cs.batches_out,
-        (size_t)cs.batches_in);
+        dp.objects, cached.thread[c], cs.free_objects, (size_t)cached.cpu[c].refills,
+        (size_t)cached.cpu[c].drains, (size_t)dp.hits, (size_t)cs.batches_out,
+        (size_t)cs.batches_in, deferred[c]);
   }
   struct CacheLines {
     decltype(out)& print;
     const CachedCounts& cached;
-  } lines{out, cached};
+    const size_t* deferred;
+  } lines{out, cached, deferred};
   obj_cache_for_each([](const ObjCache* c, void* arg) {
     auto& l = *static_cast<CacheLines*>(arg);
     CentralStats cs = g_central[c->cls].stats(c->cls);
     size_t used = cs.objects - cs.free_objects;
     size_t active = used > l.cached.total(c->cls) ? used - l.cached.total(c->cls) : 0;
-    l.print("cache %-24s size %6u align %4u slabs %6zu objects %9zu active %9zu%s\n", c->name,
-            c->size, c->align, cs.slabs, cs.objects, active, c->retired ? " (destroyed)" : "");
+    l.print("cache %-24s size %6u align %4u slabs %6zu objects %9zu active %9zu deferred %zu%s\n",
+            c->name, c->size, c->align, cs.slabs, cs.objects, active, l.deferred[c->cls],
+            c->retired ? " (destroyed)" : "");
   }, &lines);
   Stats st = stats();
   out("cached: %zu bytes in CPU sheaves, %zu in depots, %zu in thread caches\n", st.cpu_cached,
@@ -490,7 +494,6 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   out("pages: %zu mapped, %zu resident (estimate), %zu free (%zu dirty), %zu returned to the "
       "OS, %zu metadata\n",
       st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
-  DeferredStats d = deferred_stats();
   out("deferred: %zu objects pending (%zu bytes in %zu sealed blocks, %zu chained), "
       "%zu freed in %zu blocks, %zu grace periods (%s)\n",
       d.objects_pending, d.bytes_waiting, d.blocks, d.emergency_objects, (size_t)d.objects_freed,

@@ -2,10 +2,16 @@
  * N live objects of size S show as N active objects in S's class of the table that
  * uslab_stats_print writes, and uslab_stats_get's allocated bytes grow by at least
  * N x S; after freeing them, the class shows 0 active. The mode reported by
- * uslab_stats_get agrees with the table's first line.
+ * uslab_stats_get agrees with the table's first line. N objects deferred while a
+ * reader holds a section show in the class's deferred column and in
+ * uslab_stats_get's deferred fields, and leave both after the barrier.
  *
  * usage: stats */
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "include/uslab.h"
 #include "test/common/check.h"
@@ -27,6 +33,56 @@ static long active_of(unsigned size) {
       return (long)active;
   }
   return 0;
+}
+
+/* The deferred column (the 15th field) of the class whose object size is `size`. */
+static long deferred_of(unsigned size) {
+  text[0] = 0;
+  uslab_stats_print(collect, NULL);
+  for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    unsigned cls, sz;
+    size_t f[13];
+    if (sscanf(line, "%u %u %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu", &cls, &sz, &f[0],
+               &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10], &f[11],
+               &f[12]) == 15 && sz == size)
+      return (long)f[12];
+  }
+  return 0;
+}
+
+static atomic_int holding, release_reader;
+static void *holder(void *arg) {
+  (void)arg;
+  uslab_read_lock();
+  atomic_store(&holding, 1);
+  while (!atomic_load(&release_reader)) usleep(1000);
+  uslab_read_unlock();
+  return NULL;
+}
+
+static void check_deferred(void) {
+  enum { N = 1500, S = 200, CLASS_SIZE = 224 };
+  pthread_t t;
+  pthread_create(&t, NULL, holder, NULL);
+  while (!atomic_load(&holding)) usleep(100);
+  long base = active_of(CLASS_SIZE);
+  for (int i = 0; i < N; i++) uslab_free_deferred(malloc(S));
+  malloc_trim(0);  /* seals every open block; the reader keeps them all waiting */
+  uslab_stats_t st;
+  CHECK(uslab_stats_get(&st, sizeof st) == 0);
+  CHECK(deferred_of(CLASS_SIZE) == N);
+  CHECK(st.deferred_objects == N);
+  CHECK(st.deferred_bytes == (size_t)N * CLASS_SIZE);
+  CHECK(st.deferred_blocks >= N / 508);
+  CHECK(active_of(CLASS_SIZE) == base + N);  /* deferred objects are still allocated */
+  atomic_store(&release_reader, 1);
+  pthread_join(t, NULL);
+  uslab_deferred_barrier();
+  CHECK(uslab_stats_get(&st, sizeof st) == 0);
+  CHECK(deferred_of(CLASS_SIZE) == 0);
+  CHECK(st.deferred_objects == 0 && st.deferred_bytes == 0 && st.deferred_blocks == 0);
+  CHECK(st.grace_periods > 0 && st.deferred_batches >= N / 508);
+  CHECK(active_of(CLASS_SIZE) == base);
 }
 
 int main(void) {
@@ -61,5 +117,6 @@ int main(void) {
   memset(small, 0xee, sizeof small);
   CHECK(uslab_stats_get((uslab_stats_t *)small, sizeof(size_t)) == 0);
   CHECK(small[sizeof(size_t)] == 0xee);
+  check_deferred();
   return check_done("stats");
 }
