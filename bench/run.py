@@ -21,6 +21,9 @@ Benchmarks (default: all):
                 fragmentation workload (phases of size mixes, random survivors), each
                 followed by 3 s of light activity; RSS sampled every 10 ms; uslab
                 (default and with background_thread), jemalloc and glibc, decay 1 s
+  bigblocks     the page-fault storm: 300 times a block of 5 … 25 MiB allocated,
+                every page written, freed; wall/user/sys seconds and minor faults
+                against glibc
   deferred      the kfree_rcu seed test: loops x objects allocated then handed to a
                 deferred free: uslab's blocks, a per-object callback baseline in the
                 same process, liburcu's call_rcu under jemalloc; ns per object, batches,
@@ -303,6 +306,32 @@ def bench_rss(args, allocs, out):
     out["rss"] = {f"{n}/{w}": rows for (n, w), rows in results.items()}
 
 
+def bench_bigblocks(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "bigblocks")
+    iterations = 300
+    results = {}
+
+    def one(a, lib):
+        for row in run_json([exe, str(iterations)], lib):
+            results.setdefault(a, []).append(row)
+
+    alternate(allocs, args.rounds, one)
+    print(f"Command: tools/uslab bench bigblocks --rounds {args.rounds} ({iterations} blocks of "
+          "5 … 25 MiB, every page written, then freed; medians over rounds)\n")
+    print("| allocator | wall s | user s | sys s | minor faults | faults / glibc | wall / glibc |")
+    print("|---|---|---|---|---|---|---|")
+    med = {a: {k: statistics.median(r[k] for r in rows)
+               for k in ("wall_s", "user_s", "sys_s", "minflt")} for a, rows in results.items()}
+    g = med.get("glibc")
+    for a, m in med.items():
+        ratios = (f"{m['minflt'] / g['minflt']:.2f} | {m['wall_s'] / g['wall_s']:.2f}" if g
+                  else "— | —")
+        print(f"| {a} | {m['wall_s']:.3f} | {m['user_s']:.3f} | {m['sys_s']:.3f} | "
+              f"{m['minflt']:.0f} | {ratios} |")
+    print()
+    out["bigblocks"] = results
+
+
 def bench_instructions(args, allocs, out):
     if not shutil.which("valgrind"):
         print("valgrind is not installed: instruction counts skipped\n")
@@ -446,7 +475,7 @@ def main():
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions",
-             "deferred", "rss"]
+             "deferred", "rss", "bigblocks"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -487,6 +516,8 @@ def main():
             bench_deferred(args, allocs, out)
         elif name == "rss":
             bench_rss(args, allocs, out)
+        elif name == "bigblocks":
+            bench_bigblocks(args, allocs, out)
         else:
             bench_instructions(args, allocs, out)
     if args.json:

@@ -28,11 +28,9 @@ Span* large_of(const void* p, uintptr_t e) {
 bool is_huge(const Span* s) { return s->segment->kind == SegmentKind::kHuge; }
 
 void free_huge(Segment* seg) {
-  Span* s = seg->huge_span;
   g_huge_count.fetch_sub(1, std::memory_order_relaxed);
-  g_huge_bytes.fetch_sub(s->bytes(), std::memory_order_relaxed);
-  segment_destroy(seg);
-  g_span_pool.free(s);
+  g_huge_bytes.fetch_sub(seg->huge_span->bytes(), std::memory_order_relaxed);
+  huge_cache_put(seg);
 }
 
 }  // namespace
@@ -51,16 +49,23 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
     if (zeroed) *zeroed = z;
     return s->start;
   }
-  Span* desc = g_span_pool.alloc();
-  if (!desc) return os::fail_nomem();
-  Segment* seg = segment_create_huge(size, align, desc);
-  if (!seg) {
-    g_span_pool.free(desc);
-    return os::fail_nomem();
+  Span* desc;
+  bool fresh = true;
+  Segment* cached = align <= kPageSize ? huge_cache_take(npages << kPageShift) : nullptr;
+  if (cached) {
+    desc = cached->huge_span;
+    fresh = false;
+  } else {
+    desc = g_span_pool.alloc();
+    if (!desc) return os::fail_nomem();
+    if (!segment_create_huge(size, align, desc)) {
+      g_span_pool.free(desc);
+      return os::fail_nomem();
+    }
   }
   g_huge_count.fetch_add(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
-  if (zeroed) *zeroed = true;
+  if (zeroed) *zeroed = fresh;
   return desc->start;
 }
 
@@ -376,7 +381,7 @@ size_t trim() {
   thread_cache_flush_mine();
   percpu_drain_all();
   for (unsigned c = 1; c < kMaxClasses; c++) g_central[c].release_spare();
-  return g_page_heap.purge(true);
+  return g_page_heap.purge(true) + huge_cache_purge(true);
 }
 
 namespace {
@@ -489,8 +494,9 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   out("cached: %zu bytes in CPU sheaves, %zu in depots, %zu in thread caches\n", st.cpu_cached,
       st.depot_cached, st.thread_cached);
   out("small: %zu bytes in slabs, %zu allocated\n", st.small_slab_bytes, st.small_allocated);
-  out("large: %zu bytes allocated; huge: %zu objects, %zu bytes\n", st.large_allocated,
-      st.huge_count, st.huge_allocated);
+  out("large: %zu bytes allocated; huge: %zu objects, %zu bytes, %zu bytes of freed ones "
+      "kept for reuse\n",
+      st.large_allocated, st.huge_count, st.huge_allocated, huge_cache_bytes());
   out("pages: %zu mapped, %zu resident (estimate), %zu free (%zu dirty), %zu returned to the "
       "OS, %zu metadata\n",
       st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
@@ -531,13 +537,13 @@ bool stats_at_exit() {
 
 void die(const char* message) { os::fatal("uslab: %s\n", message); }
 
-// Lock order: deferred-free slots and queue, thread-cache registry, CPU locks, depots, central lists, page heap,
+// Lock order: deferred-free slots and queue, thread-cache registry, CPU locks, depots, central lists, huge cache, page heap,
 // metadata pools, arena, segment map.
 // A lock this thread already holds (fork from a signal handler that interrupted a
 // slow path) is skipped rather than deadlocked on; the child resets every lock.
 namespace {
 
-constexpr size_t kForkLocks = 2 * (kMaxClasses - 1) + 6;
+constexpr size_t kForkLocks = 2 * (kMaxClasses - 1) + 7;
 Mutex* g_fork_locks[kForkLocks];
 bool g_fork_taken[kForkLocks];
 
@@ -546,6 +552,7 @@ size_t collect_fork_locks() {
   size_t n = 0;
   for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_depot[c].lock();
   for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_central[c].lock();
+  g_fork_locks[n++] = &huge_cache_lock();
   g_fork_locks[n++] = &g_page_heap.lock();
   g_fork_locks[n++] = &g_span_pool.lock();
   g_fork_locks[n++] = &thread_cache_pool_lock();

@@ -6,6 +6,7 @@
 #include "core/alloc/central.h"
 #include "core/alloc/depot.h"
 #include "core/alloc/grace.h"
+#include "core/alloc/huge_cache.h"
 #include "core/alloc/meta_arena.h"
 #include "core/alloc/obj_cache.h"
 #include "core/alloc/page_heap.h"

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/alloc/huge_cache.h"
 #include "core/alloc/thread_cache.h"
 
 namespace uslab {
@@ -332,6 +333,7 @@ void decay_maybe_tick() {
   decay_idle_sheaves();
   if (void (*hook)() = __atomic_load_n(&g_decay_hook, __ATOMIC_ACQUIRE)) hook();
   g_page_heap.purge(false);  // pages free for decay_ms, even if the heap saw no call since
+  huge_cache_purge(false);
 }
 
 size_t percpu_take(unsigned cls, void** out, size_t n) {

@@ -116,7 +116,7 @@ void percpu_drain_class(unsigned cls);
 // back to the slabs, CPU sheaves of classes that did not miss since the last tick
 // are drained (idle capacity shrinks back), then g_decay_hook runs when set (the
 // facade's deferred frees: grace periods advance even in a program that stopped
-// deferring), and the page heap returns pages free for decay_ms.
+// deferring), and the page heap and the huge cache return what was free for decay_ms.
 void decay_maybe_tick();
 extern void (*g_decay_hook)();
 

@@ -168,3 +168,38 @@ TEST_CASE("objects freed by other threads stay intact and are reused") {
   for (auto& th : ts) th.join();
   heap::trim();
 }
+
+TEST_CASE("freed huge blocks are reused without new pages, zeroed for calloc, and guarded") {
+  heap::trim();  // empty the huge cache
+  constexpr size_t kMiB = size_t{1} << 20;
+  auto* p = static_cast<unsigned char*>(heap::alloc(9 * kMiB));
+  REQUIRE(p != nullptr);
+  memset(p, 0xab, 9 * kMiB);
+  heap::free(p);
+  REQUIRE(huge_cache_bytes() >= 9 * kMiB);
+  // A smaller huge block takes the cached segment: same address, no fresh mapping.
+  auto* q = static_cast<unsigned char*>(heap::alloc(6 * kMiB));
+  REQUIRE(q == p);
+  REQUIRE(heap::usable_size(q) >= 6 * kMiB);
+  REQUIRE(huge_cache_bytes() == 0);
+  // Freed again, the object is guarded while cached: a second free is reported.
+  heap::free(q);
+  g_config.abort_on_error = false;
+  uint64_t before = g_bad_free_reports.load();
+  heap::free(q);
+  REQUIRE(g_bad_free_reports.load() == before + 1);
+  g_config.abort_on_error = true;
+  // calloc from the dirty cached segment still reads as zero.
+  auto* z = static_cast<unsigned char*>(heap::alloc_zeroed(7 * kMiB));
+  REQUIRE(z == p);
+  bool zero = true;
+  for (size_t i = 0; i < 7 * kMiB; i += 4096) zero = zero && z[i] == 0 && z[i + 4095] == 0;
+  REQUIRE(zero);
+  heap::free(z);
+  // A block larger than every cached segment maps a new one; trim unmaps the cache.
+  void* big = heap::alloc(20 * kMiB);
+  REQUIRE(big != p);
+  heap::free(big);
+  heap::trim();
+  REQUIRE(huge_cache_bytes() == 0);
+}

@@ -1,0 +1,90 @@
+// core/alloc/huge_cache.cc — freed huge segments kept for reuse; see huge_cache.h.
+#include "core/alloc/huge_cache.h"
+
+#include "core/alloc/page_heap.h"
+
+namespace uslab {
+
+namespace {
+
+struct Entry {
+  Segment* seg;
+  uint64_t freed_at_ms;
+};
+
+constinit Mutex lock_;
+Entry entries_[kHugeCacheEntries];
+size_t count_ = 0;  // entries_[0 … count_), oldest first
+size_t bytes_ = 0;
+
+size_t capacity(const Segment* seg) { return seg->mapped_bytes - kPageSize; }
+
+void remove_at(size_t i) {
+  bytes_ -= entries_[i].seg->mapped_bytes;
+  for (size_t j = i + 1; j < count_; j++) entries_[j - 1] = entries_[j];
+  count_--;
+}
+
+}  // namespace
+
+void huge_segment_destroy(Segment* seg) {
+  Span* s = seg->huge_span;
+  segment_destroy(seg);
+  g_span_pool.free(s);
+}
+
+Segment* huge_cache_take(size_t obj_bytes) {
+  LockGuard g(lock_);
+  size_t best = count_;
+  for (size_t i = 0; i < count_; i++) {
+    size_t cap = capacity(entries_[i].seg);
+    if (cap >= obj_bytes && (best == count_ || cap < capacity(entries_[best].seg))) best = i;
+  }
+  if (best == count_) return nullptr;
+  Segment* seg = entries_[best].seg;
+  remove_at(best);
+  Span* s = seg->huge_span;
+  s->npages = static_cast<uint32_t>(obj_bytes >> kPageShift);
+  s->kind = SpanKind::kLarge;
+  return seg;
+}
+
+void huge_cache_put(Segment* seg) {
+  Span* s = seg->huge_span;
+  if (seg->mapped_bytes > kHugeCacheEntryBytes || s->start != seg->base() + kPageSize) {
+    huge_segment_destroy(seg);
+    return;
+  }
+  // Freed: a second free of the object is reported as a double free meanwhile.
+  s->kind = SpanKind::kFree;
+  LockGuard g(lock_);
+  while (count_ > 0 && (count_ == kHugeCacheEntries || bytes_ + seg->mapped_bytes > kHugeCacheBytes)) {
+    Segment* old = entries_[0].seg;
+    remove_at(0);
+    huge_segment_destroy(old);
+  }
+  entries_[count_++] = Entry{seg, os::now_ms()};
+  bytes_ += seg->mapped_bytes;
+}
+
+size_t huge_cache_purge(bool all) {
+  LockGuard g(lock_);
+  uint64_t now = os::now_ms();
+  size_t released = 0;
+  while (count_ > 0 && (all || now - entries_[0].freed_at_ms >= g_config.decay_ms)) {
+    Segment* old = entries_[0].seg;
+    released += old->mapped_bytes;
+    remove_at(0);
+    huge_segment_destroy(old);
+  }
+  return released;
+}
+
+size_t huge_cache_bytes() {
+  LockGuard g(lock_);
+  return bytes_;
+}
+
+Mutex& huge_cache_lock() { return lock_; }
+
+}  // namespace uslab

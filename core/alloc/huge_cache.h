@@ -1,0 +1,40 @@
+// core/alloc/huge_cache.h — freed huge segments kept for reuse.
+//
+// Owns: up to kHugeCacheEntries segments whose huge object (above the page heap's
+// largest span) was freed, kept mapped and resident for decay_ms, so that a program
+// that allocates and frees blocks of many MiB in a loop reuses them instead of
+// faulting fresh zero pages in every time (glibc avoids that storm by raising its
+// mmap threshold; jemalloc and mimalloc were measured taking 15x and 6.5x glibc's
+// time on it). At most kHugeCacheBytes in all, each at most kHugeCacheEntryBytes;
+// the oldest go first, and the decay tick and malloc_trim unmap them.
+//
+// Locking: one Mutex guards the entries; segments are unmapped with it held (rare).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/segment.h"
+
+namespace uslab {
+
+constexpr size_t kHugeCacheEntries = 8;
+constexpr size_t kHugeCacheEntryBytes = size_t{64} << 20;
+constexpr size_t kHugeCacheBytes = size_t{128} << 20;
+
+// The smallest cached segment that can hold obj_bytes (a page multiple; the object
+// at the default offset, so alignment up to a page), its span set up for obj_bytes;
+// nullptr when none fits. Its pages are not zero, and stay resident past the object
+// (as glibc's heap top does) until the segment is unmapped.
+Segment* huge_cache_take(size_t obj_bytes);
+// Keeps seg, whose object was freed, or unmaps it (too big, unusual alignment).
+void huge_cache_put(Segment* seg);
+// Unmaps the segments cached longer than decay_ms (all of them with `all`).
+size_t huge_cache_purge(bool all);
+size_t huge_cache_bytes();
+Mutex& huge_cache_lock();
+
+// Unmaps a huge segment and recycles its span descriptor.
+void huge_segment_destroy(Segment* seg);
+
+}  // namespace uslab
