@@ -29,7 +29,7 @@
 #include <urcu/urcu-memb.h>
 #endif
 
-#include "peak_rss.h"
+#include "proc_self.h"
 
 struct cb_head {
   struct cb_head *next;

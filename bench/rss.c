@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "peak_rss.h"
+#include "proc_self.h"
 
 enum { kMaxSamples = 4096 };
 static long sample_ms[kMaxSamples], sample_kib[kMaxSamples];
@@ -34,14 +34,6 @@ static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static long rss_kib(void) {
-  long pages = 0, resident = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f && fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-  if (f) fclose(f);
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 static void *sampler(void *arg) {

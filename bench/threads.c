@@ -32,7 +32,7 @@
 #include <x86intrin.h>
 #include <time.h>
 
-#include "peak_rss.h"
+#include "proc_self.h"
 
 static double now(void) {
   struct timespec t;

@@ -15,6 +15,7 @@
 
 #include "include/uslab.h"
 #include "test/common/check.h"
+#include "test/common/section_holder.h"
 
 static char text[1 << 16];
 static void collect(void *opaque, const char *line) {
@@ -50,21 +51,11 @@ static long deferred_of(unsigned size) {
   return 0;
 }
 
-static atomic_int holding, release_reader;
-static void *holder(void *arg) {
-  (void)arg;
-  uslab_read_lock();
-  atomic_store(&holding, 1);
-  while (!atomic_load(&release_reader)) usleep(1000);
-  uslab_read_unlock();
-  return NULL;
-}
 
 static void check_deferred(void) {
   enum { N = 1500, S = 200, CLASS_SIZE = 224 };
-  pthread_t t;
-  pthread_create(&t, NULL, holder, NULL);
-  while (!atomic_load(&holding)) usleep(100);
+  struct section_holder holder;
+  section_hold(&holder);
   long base = active_of(CLASS_SIZE);
   for (int i = 0; i < N; i++) uslab_free_deferred(malloc(S));
   malloc_trim(0);  /* seals every open block; the reader keeps them all waiting */
@@ -75,8 +66,7 @@ static void check_deferred(void) {
   CHECK(st.deferred_bytes == (size_t)N * CLASS_SIZE);
   CHECK(st.deferred_blocks >= N / 508);
   CHECK(active_of(CLASS_SIZE) == base + N);  /* deferred objects are still allocated */
-  atomic_store(&release_reader, 1);
-  pthread_join(t, NULL);
+  section_release(&holder);
   uslab_deferred_barrier();
   CHECK(uslab_stats_get(&st, sizeof st) == 0);
   CHECK(deferred_of(CLASS_SIZE) == 0);

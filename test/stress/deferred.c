@@ -33,21 +33,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/proc_self.h"
 #include "test/common/check.h"
+#include "test/common/section_holder.h"
 #include "include/uslab.h"
 
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static long rss_kib(void) {
-  long pages = 0, resident = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f && fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-  if (f) fclose(f);
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 static uint64_t rnd(uint64_t *s) {
@@ -238,17 +232,6 @@ static size_t chained_now(void) {
 
 enum { kDeferred = 20000, kHog = 1 << 20 };
 static void *hog[kHog];
-static atomic_int holding, release_reader;
-
-/* Keeps a read-side section open so that nothing deferred meanwhile can be freed. */
-static void *section_holder(void *arg) {
-  (void)arg;
-  uslab_read_lock();
-  atomic_store(&holding, 1);
-  while (!atomic_load(&release_reader)) usleep(1000);
-  uslab_read_unlock();
-  return NULL;
-}
 
 static void test_oom(void) {
   static char *objs[kDeferred];
@@ -258,16 +241,10 @@ static void test_oom(void) {
     memset(objs[i], 0x11, 64);
   }
   size_t before = stats().allocated;
-  pthread_t holder_thread;
-  pthread_create(&holder_thread, NULL, section_holder, NULL);
-  while (!atomic_load(&holding)) usleep(100);
+  struct section_holder holder;
+  section_hold(&holder);  /* nothing deferred from here on can be freed */
   struct rlimit rl;
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long vm = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmSize: %ld kB", &vm) == 1) break;
-  if (f) fclose(f);
+  long vm = proc_status_field("VmSize");
   rl.rlim_cur = rl.rlim_max = (rlim_t)(vm + 48 * 1024) * 1024;
   CHECK(setrlimit(RLIMIT_AS, &rl) == 0);
   int n = 0;
@@ -283,8 +260,7 @@ static void test_oom(void) {
   size_t chained = chained_now();
   CHECK(chained > 0);
   CHECK(stats().deferred_objects == kDeferred);  /* none freed while the section is open */
-  atomic_store(&release_reader, 1);
-  pthread_join(holder_thread, NULL);
+  section_release(&holder);
   for (int i = 0; i < n; i++) free(hog[i]);
   uslab_deferred_barrier();
   uslab_stats_t st = stats();
@@ -479,16 +455,6 @@ static void test_misuse(void) {
 
 /* ---- background ------------------------------------------------------------------ */
 
-static int threads_now(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  int n = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "Threads: %d", &n) == 1) break;
-  if (f) fclose(f);
-  return n;
-}
-
 static void test_background(void) {
   for (int i = 0; i < 3000; i++) uslab_free_deferred(malloc(16 + i % 256));
   size_t after = stats().deferred_objects;
@@ -497,7 +463,7 @@ static void test_background(void) {
   while (stats().deferred_objects != 0 && now_s() < deadline) usleep(20000);
   size_t left = stats().deferred_objects;
   CHECK(left == 0);
-  CHECK(threads_now() == 2);  /* this one and uslab's */
+  CHECK(proc_status_field("Threads") == 2);  /* this one and uslab's */
   /* Without the thread's help: malloc_trim seals and frees at once. */
   for (int i = 0; i < 700; i++) uslab_free_deferred(malloc(32));
   malloc_trim(0);

@@ -9,17 +9,8 @@
 #include <stdint.h>
 #include <sys/resource.h>
 
+#include "bench/proc_self.h"
 #include "test/common/check.h"
-
-static long vm_kib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kib = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmSize: %ld kB", &kib) == 1) break;
-  if (f) fclose(f);
-  return kib;
-}
 
 enum { kMax = 1 << 20 };
 static unsigned char *blocks[kMax];
@@ -73,7 +64,7 @@ int main(void) {
   struct rlimit lim = {0, 0};
   getrlimit(RLIMIT_AS, &lim);
   struct rlimit tight = lim;
-  tight.rlim_cur = (rlim_t)(vm_kib() + (96 << 10)) << 10; /* 96 MiB more than now */
+  tight.rlim_cur = (rlim_t)(proc_status_field("VmSize") + (96 << 10)) << 10; /* 96 MiB more than now */
   CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
   for (int round = 0; round < 2; round++) {
     /* Large objects first, then small ones into the last free pages. */

@@ -24,49 +24,64 @@ TEST_CASE("read-side sections nest; the outermost unlock ends the section") {
   CHECK_FALSE(grace_in_section());
 }
 
+namespace {
+
+// A thread inside a read-side section from construction until release().
+class HeldSection {
+ public:
+  HeldSection()
+      : thread_([this] {
+          heap::read_lock();
+          state_ = 1;
+          while (state_.load() != 2) std::this_thread::yield();
+          heap::read_unlock();
+          state_ = 3;
+        }) {
+    while (state_.load() != 1) std::this_thread::yield();
+  }
+  ~HeldSection() {
+    release();
+    thread_.join();
+  }
+  void release() {
+    if (state_.load() == 1) state_ = 2;
+  }
+  bool left() const { return state_.load() == 3; }
+
+ private:
+  std::atomic<int> state_{0};
+  std::thread thread_;
+};
+
+}  // namespace
+
 TEST_CASE("a grace period waits for a reader that was inside, not for later ones") {
-  std::atomic<int> state{0};
-  std::thread reader([&] {
-    heap::read_lock();
-    state = 1;
-    while (state.load() != 2) std::this_thread::yield();
-    heap::read_unlock();
-    state = 3;
-  });
-  while (state.load() != 1) std::this_thread::yield();
+  HeldSection reader;
   uint64_t stamp = grace_stamp();
   grace_start();
   CHECK(grace_oldest() <= stamp);  // the reader was inside before the stamp
   heap::read_lock();               // a section opened now is newer than the stamp
   CHECK(grace_oldest() <= stamp);
   heap::read_unlock();
-  state = 2;
+  reader.release();
   grace_wait(stamp);
-  CHECK(state.load() == 3);
-  reader.join();
+  CHECK(reader.left());
 }
 
 TEST_CASE("objects deferred while a reader is inside stay until it leaves") {
   heap::deferred_barrier();
-  std::atomic<int> state{0};
-  std::thread reader([&] {
-    heap::read_lock();
-    state = 1;
-    while (state.load() != 2) std::this_thread::yield();
-    heap::read_unlock();
-  });
-  while (state.load() != 1) std::this_thread::yield();
-  std::vector<void*> objs;
-  for (int i = 0; i < 5000; i++) {
-    void* p = heap::alloc(16 + i % 300);
-    REQUIRE(p != nullptr);
-    heap::free_deferred(p);
+  heap::DeferredStats held;
+  {
+    HeldSection reader;
+    for (int i = 0; i < 5000; i++) {
+      void* p = heap::alloc(16 + i % 300);
+      REQUIRE(p != nullptr);
+      heap::free_deferred(p);
+    }
+    heap::deferred_tick();  // seals and polls: nothing may be freed yet
+    held = heap::deferred_stats();
+    CHECK(held.objects_pending == 5000);
   }
-  heap::deferred_tick();  // seals and polls: nothing may be freed yet
-  heap::DeferredStats held = heap::deferred_stats();
-  CHECK(held.objects_pending == 5000);
-  state = 2;
-  reader.join();
   heap::deferred_barrier();
   heap::DeferredStats done = heap::deferred_stats();
   CHECK(done.objects_pending == 0);
