@@ -1,8 +1,10 @@
 /* test/stress/threads.c — multi-threaded stress with content verification, modelled
  * on mimalloc's test-stress: threads allocate random sizes (mostly small, some large,
- * a few huge), fill each block with a pattern derived from its address and size,
+ * a few huge) with malloc, calloc, aligned allocation, uslab_alloc_bulk and an
+ * object cache, fill each block with a pattern derived from its address and size,
  * swap blocks through shared transfer slots (so other threads free them), verify
- * every block before freeing it, and are all destroyed and recreated each round.
+ * every block before freeing it (free, uslab_free_bulk or uslab_free_deferred), and
+ * are all destroyed and recreated each round.
  * Options: "signals" runs a signal storm (setitimer every 200 us) throughout, which
  * aborts rseq critical sections all the time; "migrate" makes every thread move
  * itself to a random allowed CPU every 64 operations (sched_setaffinity), so the
@@ -17,6 +19,7 @@
 #include <stdint.h>
 #include <sys/time.h>
 
+#include "include/uslab.h"
 #include "test/common/check.h"
 
 #define TRANSFERS 1000
@@ -27,6 +30,8 @@ static int allowed_count;
 static atomic_ulong migrations;
 static _Atomic(uint64_t *) transfer[TRANSFERS];
 static atomic_ulong ops, bytes, failures, signals_seen;
+static uslab_cache_t *cache;
+enum { kCacheWords = 40 };  /* the cache's objects: 320 bytes */
 
 static uint64_t next_rand(uint64_t *s) { /* splitmix64 */
   uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -65,7 +70,25 @@ static size_t pick_words(uint64_t *r) { return (pick_size(r) + 7) / 8 + 2; }
 
 static uint64_t *block_new(uint64_t *r) {
   size_t words = pick_words(r);
-  uint64_t *p = (next_rand(r) & 3) == 0 ? calloc(words, 8) : malloc(words * 8);
+  uint64_t *p;
+  switch (next_rand(r) % 8) {
+    case 0:
+    case 1:
+      p = calloc(words, 8);
+      break;
+    case 2: {
+      size_t align = (size_t)16 << next_rand(r) % 9;  /* 16 … 4096 */
+      if (posix_memalign((void **)&p, align, words * 8) != 0) p = NULL;
+      if (p && (uintptr_t)p % align) atomic_fetch_add(&failures, 1);
+      break;
+    }
+    case 3:
+      words = kCacheWords;
+      p = uslab_cache_alloc(cache);
+      break;
+    default:
+      p = malloc(words * 8);
+  }
   if (!p) {
     atomic_fetch_add(&failures, 1);
     return NULL;
@@ -97,6 +120,32 @@ static void block_free(uint64_t *p) {
   free(p);
 }
 
+/* Frees through the deferred path (no reader holds these blocks: they just take the
+ * grace-period route back). */
+static void block_free_deferred(uint64_t *p) {
+  if (!p) return;
+  verify(p, p[0]);
+  uslab_free_deferred(p);
+}
+
+/* A batch of n blocks of one size from uslab_alloc_bulk into dst. */
+static size_t blocks_new_bulk(uint64_t *r, uint64_t **dst, size_t n) {
+  size_t words = pick_words(r) % 64 + 2;
+  void *out[16];
+  if (uslab_alloc_bulk(words * 8, n, out) != n) {
+    atomic_fetch_add(&failures, 1);
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t *p = out[i];
+    p[1] = next_rand(r);
+    stamp(p, 2, words);
+    dst[i] = p;
+  }
+  atomic_fetch_add(&bytes, n * words * 8);
+  return n;
+}
+
 /* Pin the calling thread to one random CPU of the process's allowed set. */
 static void move_to_random_cpu(uint64_t *r) {
   int k = (int)(next_rand(r) % (uint64_t)allowed_count);
@@ -118,16 +167,31 @@ static void *worker(void *arg) {
   for (size_t s = 0; s < steps; s++) {
     if (migrate && s % 64 == 0) move_to_random_cpu(&r);
     uint64_t x = next_rand(&r) % 100;
-    if (x < 50 || n == 0) {
-      if (n == cap) {
-        cap *= 2;
-        mine = realloc(mine, cap * sizeof *mine);
-      }
+    if (n + 16 > cap) {
+      cap *= 2;
+      mine = realloc(mine, cap * sizeof *mine);
+    }
+    if (x < 46 || n == 0) {
       mine[n++] = block_new(&r);
-    } else if (x < 75) {
+    } else if (x < 48) {
+      n += blocks_new_bulk(&r, mine + n, next_rand(&r) % 16 + 1);
+    } else if (x < 66) {
       size_t k = next_rand(&r) % n;
-      block_free(mine[k]);
+      if (x < 60)
+        block_free(mine[k]);
+      else
+        block_free_deferred(mine[k]);
       mine[k] = mine[--n];
+    } else if (x < 75) { /* a bulk free of up to 8 random blocks, any sizes */
+      void *batch[8];
+      size_t m = next_rand(&r) % 8 + 1, k = 0;
+      while (k < m && n > 0) {
+        size_t i = next_rand(&r) % n;
+        if (mine[i]) verify(mine[i], mine[i][0]);
+        batch[k++] = mine[i];  /* NULLs (failed allocations) are skipped by the call */
+        mine[i] = mine[--n];
+      }
+      uslab_free_bulk(k, batch);
     } else if (x < 85) {
       size_t k = next_rand(&r) % n;
       mine[k] = block_resize(mine[k], &r);
@@ -171,6 +235,8 @@ int main(int argc, char **argv) {
     struct itimerval it = {{0, 200}, {0, 200}};
     setitimer(ITIMER_REAL, &it, NULL);
   }
+  cache = uslab_cache_create("stress", kCacheWords * 8, 0, 0, NULL);
+  CHECK(cache != NULL);
   pthread_t *ts = malloc(sizeof *ts * (size_t)nthreads);
   for (int round = 0; round < rounds; round++) {
     for (int t = 0; t < nthreads; t++)
@@ -180,6 +246,10 @@ int main(int argc, char **argv) {
     for (int k = 0; k < TRANSFERS; k += 2) block_free(atomic_exchange(&transfer[k], NULL));
   }
   for (int k = 0; k < TRANSFERS; k++) block_free(atomic_exchange(&transfer[k], NULL));
+  uslab_deferred_barrier();
+  uslab_stats_t st;
+  CHECK(uslab_stats_get(&st, sizeof st) == 0 && st.deferred_objects == 0);
+  uslab_cache_destroy(cache);  /* every object came back: no report */
   if (storm) {
     struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_REAL, &off, NULL);
