@@ -44,7 +44,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   USLAB_PROBE(large_alloc, size, align);
   if (npages + align_pages - 1 <= PageHeap::kMaxPages) {
     bool z;
-    Span* s = g_page_heap.alloc(npages, align_pages, SpanKind::kLarge, &z);
+    Span* s = g_page_heap[current_shard()].alloc(npages, align_pages, SpanKind::kLarge, &z);
     if (!s) return os::fail_nomem();
     if (zeroed) *zeroed = z;
     return s->start;
@@ -84,7 +84,7 @@ void free_slow(void* p, uintptr_t e) {
     if (is_huge(s))
       free_huge(s->segment);
     else
-      g_page_heap.free(s);
+      page_heap_of(s).free(s);
     return;
   }
   Span* s = PageMap::span_of(e);
@@ -143,10 +143,10 @@ bool large_resize_in_place(Span* l, size_t size) {
   // A huge mapping is kept while the object still fills at least half of it.
   if (is_huge(l)) return size <= l->bytes() && size >= l->bytes() / 2;
   if (want <= l->npages) {
-    if (want < l->npages) g_page_heap.shrink(l, want);
+    if (want < l->npages) page_heap_of(l).shrink(l, want);
     return true;
   }
-  return g_page_heap.try_grow(l, want);
+  return page_heap_of(l).try_grow(l, want);
 }
 
 }  // namespace
@@ -202,7 +202,7 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
   size_t got = n && g_percpu ? percpu_take(cls, out, n) : 0;
   while (got < n) {
     size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
-    size_t k = g_depot[cls].take(cls, out + got, want);
+    size_t k = g_depot[current_shard()][cls].take(cls, out + got, want);
     if (k == 0) {
       free_bulk_class(cls, out, got);
       os::fail_nomem();
@@ -218,7 +218,7 @@ void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
   // full sheaves, or to the slabs once the depot is at its bound.
   size_t left = n && g_percpu ? n - percpu_put(cls, ptrs, n) : n;
   for (size_t i = 0; i < left; i += kMaxBatch)
-    g_depot[cls].give(cls, ptrs + i, left - i < kMaxBatch ? left - i : kMaxBatch);
+    depot_give(cls, ptrs + i, left - i < kMaxBatch ? left - i : kMaxBatch);
 }
 
 size_t alloc_bulk(size_t size, size_t n, void** out) {
@@ -380,8 +380,8 @@ size_t trim() {
   deferred_tick();
   thread_cache_flush_mine();
   percpu_drain_all();
-  for (unsigned c = 1; c < kMaxClasses; c++) g_central[c].release_spare();
-  return g_page_heap.purge(true) + huge_cache_purge(true);
+  for (unsigned c = 1; c < kMaxClasses; c++) central_release_spares(c);
+  return page_heap_purge_all(true) + huge_cache_purge(true);
 }
 
 namespace {
@@ -396,7 +396,7 @@ struct CachedCounts {
   CachedCounts() {
     thread_cache_counts(thread, &ncaches);
     percpu_class_stats(cpu);
-    for (unsigned c = 1; c < kMaxClasses; c++) depot[c] = g_depot[c].stats();
+    for (unsigned c = 1; c < kMaxClasses; c++) depot[c] = depot_stats(c);
   }
   size_t total(unsigned c) const { return thread[c] + cpu[c].cpu_objects + depot[c].objects; }
 };
@@ -408,7 +408,7 @@ Stats stats() {
   CachedCounts cached;
   st.thread_caches = cached.ncaches;
   for (unsigned c = 1; c < kMaxClasses; c++) {
-    CentralStats cs = g_central[c].stats(c);
+    CentralStats cs = central_stats(c);
     size_t live = cs.objects - cs.free_objects;
     live = live > cached.total(c) ? live - cached.total(c) : 0;
     st.small_slab_bytes += cs.slabs * class_info(c).slab_pages * kPageSize;
@@ -417,7 +417,7 @@ Stats stats() {
     st.cpu_cached += cached.cpu[c].cpu_objects * class_size(c);
     st.depot_cached += cached.depot[c].objects * class_size(c);
   }
-  PageHeapStats ph = g_page_heap.stats();
+  PageHeapStats ph = page_heap_stats();
   st.huge_count = g_huge_count.load(std::memory_order_relaxed);
   st.huge_allocated = g_huge_bytes.load(std::memory_order_relaxed);
   st.mapped = segment_mapped_bytes();
@@ -465,7 +465,7 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       "objects", "active", "cpu", "depot", "thread", "free", "refills", "drains", "depot-hit",
       "slab-out", "slab-in", "deferred");
   for (unsigned c = 1; c < kNumClasses; c++) {
-    CentralStats cs = g_central[c].stats(c);
+    CentralStats cs = central_stats(c);
     if (cs.slabs == 0 && cs.batches_out == 0) continue;
     size_t used = cs.objects - cs.free_objects;
     size_t active = used > cached.total(c) ? used - cached.total(c) : 0;
@@ -483,7 +483,7 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   } lines{out, cached, deferred};
   obj_cache_for_each([](const ObjCache* c, void* arg) {
     auto& l = *static_cast<CacheLines*>(arg);
-    CentralStats cs = g_central[c->cls].stats(c->cls);
+    CentralStats cs = central_stats(c->cls);
     size_t used = cs.objects - cs.free_objects;
     size_t active = used > l.cached.total(c->cls) ? used - l.cached.total(c->cls) : 0;
     l.print("cache %-24s size %6u align %4u slabs %6zu objects %9zu active %9zu deferred %zu%s\n",
@@ -543,20 +543,23 @@ void die(const char* message) { os::fatal("uslab: %s\n", message); }
 // slow path) is skipped rather than deadlocked on; the child resets every lock.
 namespace {
 
-constexpr size_t kForkLocks = 2 * (kMaxClasses - 1) + 7;
+constexpr size_t kForkLocks = 2 * kMaxShards * (kMaxClasses - 1) + 3 * kMaxShards + 5;
 Mutex* g_fork_locks[kForkLocks];
 bool g_fork_taken[kForkLocks];
 
 // The locks after the per-CPU ones (which percpu_fork_* take after the registry).
 size_t collect_fork_locks() {
   size_t n = 0;
-  for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_depot[c].lock();
-  for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_central[c].lock();
+  for (unsigned sh = 0; sh < shard_count(); sh++)
+    for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_depot[sh][c].lock();
+  for (unsigned sh = 0; sh < shard_count(); sh++)
+    for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_central[sh][c].lock();
   g_fork_locks[n++] = &huge_cache_lock();
-  g_fork_locks[n++] = &g_page_heap.lock();
+  for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &g_page_heap[sh].lock();
+  for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &g_page_heap[sh].desc_lock();
   g_fork_locks[n++] = &g_span_pool.lock();
   g_fork_locks[n++] = &thread_cache_pool_lock();
-  g_fork_locks[n++] = &depot_sheaf_pool_lock();
+  for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &depot_sheaf_pool_lock(sh);
   g_fork_locks[n++] = &g_meta_arena.lock();
   g_fork_locks[n++] = &PageMap::lock();
   return n;

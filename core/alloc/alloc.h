@@ -12,5 +12,6 @@
 #include "core/alloc/page_heap.h"
 #include "core/alloc/percpu.h"
 #include "core/alloc/segment.h"
+#include "core/alloc/shard.h"
 #include "core/alloc/thread_cache.h"
 #include "core/ds/ds.h"

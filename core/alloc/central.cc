@@ -8,7 +8,7 @@
 
 namespace uslab {
 
-constinit CentralList g_central[kMaxClasses];
+constinit CentralList g_central[kMaxShards][kMaxClasses];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
 
@@ -29,12 +29,16 @@ void report_bad_free(const void* p, const char* what, unsigned cls) {
   abort_if_configured();
 }
 
+unsigned CentralList::shard() const {
+  return static_cast<unsigned>((this - &g_central[0][0]) / kMaxClasses);
+}
+
 // Carve a slab for cls: pages from the page heap, descriptor and page map filled in
 // before any other thread can see it. Runs without the class lock.
 Span* CentralList::new_slab(unsigned cls) {
   const SizeClassInfo& info = class_info(cls);
   bool zeroed;
-  Span* s = g_page_heap.alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
+  Span* s = g_page_heap[shard()].alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
   if (!s) return nullptr;
   s->size_class = static_cast<uint8_t>(cls);
   s->obj_size = info.size;
@@ -45,6 +49,7 @@ Span* CentralList::new_slab(unsigned cls) {
   s->free_count = info.objects;
   s->scan_hint = 0;
   s->on_partial = 0;
+  s->shard = static_cast<uint16_t>(shard());
   memset(s->bitmap, 0, sizeof s->bitmap);
   for (size_t i = 0; i < info.objects / 64; i++) s->bitmap[i] = ~uint64_t{0};
   if (info.objects % 64) s->bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
@@ -107,17 +112,21 @@ size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
   return got;
 }
 
-void CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
+size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
   Span* empties[64];
   size_t nempty = 0;
+  const unsigned me = shard();
   lock_.lock();
   batches_in_++;
   Span* s = nullptr;
-  for (size_t i = 0; i < n; i++) {
+  size_t i = 0;
+  for (; i < n; i++) {
     void* p = ptrs[i];
     // Neighbours in a batch usually share a slab: skip the map lookup for them.
-    if (!s || static_cast<size_t>(static_cast<char*>(p) - s->start) >= s->bytes())
+    if (!s || static_cast<size_t>(static_cast<char*>(p) - s->start) >= s->bytes()) {
       s = PageMap::get(p);
+      if (s->shard != me) break;  // another shard's slab: the caller routes it
+    }
     size_t idx = s->object_index(p);
     uint64_t bit = uint64_t{1} << (idx % 64);
     if (s->bitmap[idx / 64] & bit) {
@@ -149,7 +158,7 @@ void CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
         empties[nempty++] = s;
         if (nempty == 64) {
           lock_.unlock();
-          for (size_t j = 0; j < nempty; j++) g_page_heap.free(empties[j]);
+          for (size_t j = 0; j < nempty; j++) page_heap_of(empties[j]).free(empties[j]);
           nempty = 0;
           s = nullptr;  // it may have been one of them
           lock_.lock();
@@ -158,7 +167,34 @@ void CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
     }
   }
   lock_.unlock();
-  for (size_t j = 0; j < nempty; j++) g_page_heap.free(empties[j]);
+  for (size_t j = 0; j < nempty; j++) page_heap_of(empties[j]).free(empties[j]);
+  return i;
+}
+
+void central_free(unsigned cls, void* const* ptrs, size_t n) {
+  while (n) {
+    // A live object's slab and its shard stay put while we hold the object.
+    size_t k = g_central[PageMap::get(ptrs[0])->shard][cls].free_batch(cls, ptrs, n);
+    ptrs += k;
+    n -= k;
+  }
+}
+
+CentralStats central_stats(unsigned cls) {
+  CentralStats sum{};
+  for (unsigned sh = 0; sh < shard_count(); sh++) {
+    CentralStats s = g_central[sh][cls].stats(cls);
+    sum.slabs += s.slabs;
+    sum.objects += s.objects;
+    sum.free_objects += s.free_objects;
+    sum.batches_out += s.batches_out;
+    sum.batches_in += s.batches_in;
+  }
+  return sum;
+}
+
+void central_release_spares(unsigned cls) {
+  for (unsigned sh = 0; sh < shard_count(); sh++) g_central[sh][cls].release_spare();
 }
 
 void CentralList::release_spare() {
@@ -170,7 +206,7 @@ void CentralList::release_spare() {
     free_objects_ -= s->capacity;
   }
   lock_.unlock();
-  if (s) g_page_heap.free(s);
+  if (s) page_heap_of(s).free(s);
 }
 
 CentralStats CentralList::stats(unsigned cls) {

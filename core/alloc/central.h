@@ -1,11 +1,12 @@
-// core/alloc/central.h — per-size-class central lists of slabs.
+// core/alloc/central.h — per-shard, per-size-class central lists of slabs.
 //
-// Owns: for each class, the partial slabs (those with free objects), one spare
-// empty slab, and the per-slab free bitmaps. Objects move in and out only in
+// Owns: for each shard (shard.h) and class, the partial slabs (those with free
+// objects), one spare empty slab, and the per-slab free bitmaps. A slab is carved
+// by one shard and its objects always come back to that shard's list. Objects move in and out only in
 // batches (alloc_batch / free_batch), so a thread cache refill or flush takes the
 // class lock once for many objects.
 //
-// Locking: CentralList::lock guards its partial list, its spare, the bitmap,
+// Locking: each CentralList's lock guards its partial list, its spare, the bitmap,
 // free_count and on_partial of every slab of that class, and the counters. A new
 // slab is carved (descriptor filled, objects of a cache class constructed or
 // poisoned, page map written) outside the lock and then published under it. Empty slabs are handed to the page heap after the class lock
@@ -20,6 +21,7 @@
 #include <cstdint>
 
 #include "core/alloc/page_heap.h"
+#include "core/alloc/shard.h"
 
 namespace uslab {
 
@@ -31,12 +33,15 @@ struct CentralStats {
   uint64_t batches_in;  // free_batch calls
 };
 
-class CentralList {
+// Cache-line aligned: neighbouring classes and shards are locked by different CPUs.
+class alignas(64) CentralList {
  public:
   // Up to n objects into out; returns how many (0 only when memory cannot be had).
   size_t alloc_batch(unsigned cls, void** out, size_t n);
-  // Return n objects of class cls (each already checked to be a slab object of it).
-  void free_batch(unsigned cls, void* const* ptrs, size_t n);
+  // Return objects of class cls (each already checked to be a slab object of it)
+  // from the front of ptrs[0..n) while their slabs belong to this shard; returns
+  // how many (central_free routes a whole batch).
+  size_t free_batch(unsigned cls, void* const* ptrs, size_t n);
   // Give the spare empty slab back to the page heap.
   void release_spare();
 
@@ -47,6 +52,7 @@ class CentralList {
  private:
   Span* new_slab(unsigned cls);
   size_t take_from(Span* s, void** out, size_t n);
+  unsigned shard() const;
 
   Mutex lock_;
   IntrusiveList<Span> partial_;
@@ -57,7 +63,15 @@ class CentralList {
   uint64_t batches_in_ = 0;
 };
 
-extern CentralList g_central[kMaxClasses];
+extern CentralList g_central[kMaxShards][kMaxClasses];
+
+// Return n objects of class cls to the central lists of their slabs' shards, one
+// lock per run of objects of one shard.
+void central_free(unsigned cls, void* const* ptrs, size_t n);
+// A class's counters summed over the shards.
+CentralStats central_stats(unsigned cls);
+// Every shard's spare empty slab of cls back to the page heap.
+void central_release_spares(unsigned cls);
 
 // Report an invalid or double free; aborts unless abort_on_error=false.
 void report_bad_free(const void* p, const char* what, unsigned cls);

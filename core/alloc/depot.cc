@@ -8,11 +8,16 @@
 
 namespace uslab {
 
-constinit Depot g_depot[kMaxClasses];
+constinit Depot g_depot[kMaxShards][kMaxClasses];
 
 namespace {
-constinit MetaPool<Sheaf> sheaf_pool_;
+// Per shard: 16 CPUs filling their depots at once queued on one pool's lock.
+constinit MetaPool<Sheaf> sheaf_pool_[kMaxShards];
 }  // namespace
+
+unsigned Depot::shard() const {
+  return static_cast<unsigned>((this - &g_depot[0][0]) / kMaxClasses);
+}
 
 size_t Depot::take(unsigned cls, void** out, size_t n) {
   lock_.lock();
@@ -37,7 +42,7 @@ size_t Depot::take(unsigned cls, void** out, size_t n) {
     return k;
   }
   lock_.unlock();
-  return g_central[cls].alloc_batch(cls, out, n);
+  return g_central[shard()][cls].alloc_batch(cls, out, n);
 }
 
 void Depot::give(unsigned cls, void* const* objs, size_t n) {
@@ -46,7 +51,7 @@ void Depot::give(unsigned cls, void* const* objs, size_t n) {
   lock_.lock();
   if (nfull_ < depot_max_full(cls) && !empty_) {
     lock_.unlock();
-    fresh = sheaf_pool_.alloc();
+    fresh = sheaf_pool_[shard()].alloc();
     lock_.lock();
     if (fresh) {
       fresh->next = empty_;
@@ -66,7 +71,7 @@ void Depot::give(unsigned cls, void* const* objs, size_t n) {
     return;
   }
   lock_.unlock();
-  g_central[cls].free_batch(cls, objs, n);
+  central_free(cls, objs, n);
 }
 
 void Depot::flush(unsigned cls) { release(cls, ~uint32_t{0}); }
@@ -97,7 +102,7 @@ void Depot::release(unsigned cls, uint32_t sheaves) {
     s->next = empty_;
     empty_ = s;
     lock_.unlock();
-    g_central[cls].free_batch(cls, batch, k);
+    central_free(cls, batch, k);
   }
 }
 
@@ -106,6 +111,44 @@ DepotStats Depot::stats() {
   return DepotStats{objects_, hits_};
 }
 
-Mutex& depot_sheaf_pool_lock() { return sheaf_pool_.lock(); }
+Mutex& depot_sheaf_pool_lock(unsigned shard) { return sheaf_pool_[shard].lock(); }
+
+void depot_give(unsigned cls, void* const* objs, size_t n) {
+  while (n) {
+    // Live objects: their slabs and owners stay put meanwhile.
+    Span* s = PageMap::get(objs[0]);
+    unsigned owner = s->shard;
+    size_t k = 1;
+    for (; k < n; k++) {
+      const char* p = static_cast<const char*>(objs[k]);
+      if (static_cast<size_t>(p - s->start) < s->bytes()) continue;
+      s = PageMap::get(p);
+      if (s->shard != owner) break;
+    }
+    g_depot[owner][cls].give(cls, objs, k);
+    objs += k;
+    n -= k;
+  }
+}
+
+DepotStats depot_stats(unsigned cls) {
+  DepotStats sum{};
+  for (unsigned sh = 0; sh < shard_count(); sh++) {
+    DepotStats s = g_depot[sh][cls].stats();
+    sum.objects += s.objects;
+    sum.hits += s.hits;
+  }
+  return sum;
+}
+
+void depot_flush_classes(unsigned lo, unsigned hi) {
+  for (unsigned sh = 0; sh < shard_count(); sh++)
+    for (unsigned cls = lo; cls < hi; cls++) g_depot[sh][cls].flush(cls);
+}
+
+void depot_decay_all() {
+  for (unsigned sh = 0; sh < shard_count(); sh++)
+    for (unsigned cls = 1; cls < kMaxClasses; cls++) g_depot[sh][cls].decay(cls);
+}
 
 }  // namespace uslab

@@ -1,17 +1,21 @@
-// core/alloc/depot.h — per-class depots of full sheaves behind the per-CPU sheaves.
+// core/alloc/depot.h — per-shard, per-class depots of full sheaves behind the
+// per-CPU sheaves.
 //
-// Owns: for each size class, a list of full Sheafs (arrays of free object pointers
+// Owns: for each shard (shard.h) and size class, a list of full Sheafs (arrays of free object pointers
 // moved as one unit) and a list of empty Sheaf records to reuse, as SLUB's "barn".
-// A per-CPU refill takes one full sheaf (one lock, one copy); a drain leaves one.
-// Only when the depot has no full sheaf does a refill go to the central slab lists,
-// and then for a whole batch; a drain that finds the depot at its bound frees the
-// batch to the slabs (grouped by slab, one class lock per batch). The bound is
-// 256 KiB of objects per class. Idle sheaves decay: every tick (a quarter of
+// A per-CPU refill takes one full sheaf from its shard's depot (one lock, one
+// copy); a drain leaves its objects in the depots of the shards that own them
+// (depot_give), so objects freed on the CPUs of a consumer go back to the CPUs of
+// their producer instead of piling up where nobody allocates them.
+// Only when the depot has no full sheaf does a refill go to its shard's central
+// slab list, and then for a whole batch; a drain that finds the depot at its bound
+// frees the batch to the slabs (grouped by slab, one class lock per batch and
+// owning shard). The bound is 256 KiB of objects per class and shard. Idle sheaves decay: every tick (a quarter of
 // decay_ms, decay_maybe_tick in percpu.h), the sheaves that stayed in the depot
 // through the whole last interval (its low-water mark) go back to the slabs, as
 // tcmalloc's transfer cache is plundered.
 //
-// Locking: Depot::lock guards both lists and the counters of its class. Order:
+// Locking: each Depot's lock guards both lists and the counters of its class. Order:
 // per-CPU lock → depot lock → central class lock → page heap. Sheaf records come
 // from a MetaPool and are never returned to the OS; they are allocated with the
 // depot lock dropped.
@@ -35,12 +39,14 @@ struct DepotStats {
   uint64_t hits;         // refills served by a full sheaf
 };
 
-class Depot {
+// Cache-line aligned: neighbouring classes and shards are locked by different CPUs.
+class alignas(64) Depot {
  public:
   // Up to n (≤ kMaxBatch) objects into out (a whole sheaf when it holds no more than
   // n); 0 only when memory cannot be had.
   size_t take(unsigned cls, void** out, size_t n);
   // n (≤ kMaxBatch) objects of class cls back, as one full sheaf when there is room.
+  // (Callers use depot_give, which picks the owners' depots.)
   void give(unsigned cls, void* const* objs, size_t n);
   // Every object held here back to the slabs (trim).
   void flush(unsigned cls);
@@ -54,6 +60,7 @@ class Depot {
  private:
   // Up to `sheaves` full sheaves back to the slabs.
   void release(unsigned cls, uint32_t sheaves);
+  unsigned shard() const;
 
   Mutex lock_;
   Sheaf* full_ = nullptr;
@@ -64,8 +71,19 @@ class Depot {
   uint64_t hits_ = 0;
 };
 
-extern Depot g_depot[kMaxClasses];
-Mutex& depot_sheaf_pool_lock();
+extern Depot g_depot[kMaxShards][kMaxClasses];
+Mutex& depot_sheaf_pool_lock(unsigned shard);
+
+// n (≤ kMaxBatch) objects of class cls to the depots of the shards that own their
+// slabs, one lock per run of one owner.
+void depot_give(unsigned cls, void* const* objs, size_t n);
+
+// A class's counters summed over the shards.
+DepotStats depot_stats(unsigned cls);
+// Every shard's depot of each class in [lo, hi) back to the slabs.
+void depot_flush_classes(unsigned lo, unsigned hi);
+// The decay tick of every depot.
+void depot_decay_all();
 
 // Batch size of a class: objects per refill/drain (2 … kMaxBatch, about 16 KiB).
 inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }

@@ -46,8 +46,21 @@ class MetaPool {
         return reinterpret_cast<T*>(l);
       }
     }
-    return static_cast<T*>(
-        g_meta_arena.alloc(sizeof(T) > sizeof(Link) ? sizeof(T) : sizeof(Link), alignof(T)));
+    // Small records are carved in runs: one arena lock per run, not per record (16
+    // CPUs carving span descriptors one at a time queued on the arena's lock).
+    constexpr size_t kSize = sizeof(T) > sizeof(Link) ? sizeof(T) : sizeof(Link);
+    constexpr size_t kRun = kSize <= 1024 ? 16 : 1;
+    char* run = static_cast<char*>(g_meta_arena.alloc(kRun * kSize, alignof(T)));
+    if (!run) return nullptr;
+    if (kRun > 1) {
+      LockGuard g(lock_);
+      for (size_t i = 1; i < kRun; i++) {
+        Link* l = reinterpret_cast<Link*>(run + i * kSize);
+        l->next = free_;
+        free_ = l;
+      }
+    }
+    return reinterpret_cast<T*>(run);
   }
 
   void free(T* t) {

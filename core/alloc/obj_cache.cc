@@ -61,8 +61,8 @@ void obj_cache_destroy(ObjCache* c) {
   unsigned cls = c->cls;
   if (registry_[cls] != c || c->retired) return;
   percpu_drain_class(cls);  // CPU sheaves and depot back to the slabs
-  g_central[cls].release_spare();
-  CentralStats cs = g_central[cls].stats(cls);
+  central_release_spares(cls);
+  CentralStats cs = central_stats(cls);
   size_t live = cs.objects - cs.free_objects;
   if (live) {
     os::print_stderr("uslab: cache '%s' destroyed with %zu live objects (%zu slabs); their "

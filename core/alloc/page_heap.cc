@@ -7,18 +7,16 @@
 
 namespace uslab {
 
-constinit PageHeap g_page_heap;
+constinit PageHeap g_page_heap[kMaxShards];
 constinit MetaPool<Span> g_span_pool;
 
-namespace {
+unsigned PageHeap::index() const { return static_cast<unsigned>(this - g_page_heap); }
 
-Span* new_span_desc() {
-  Span* s = g_span_pool.alloc();
+Span* PageHeap::new_span_desc() {
+  Span* s = descs_.alloc();
   if (s) memset(s, 0, offsetof(Span, bitmap));
   return s;
 }
-
-}  // namespace
 
 void PageHeap::set_bounds(Span* s) {
   PageMap::set(s->start, s);
@@ -70,9 +68,10 @@ Span* PageHeap::grow_heap() {
   if (!s) return nullptr;
   Segment* seg = segment_create_normal();
   if (!seg) {
-    g_span_pool.free(s);
+    descs_.free(s);
     return nullptr;
   }
+  seg->heap = index();
   segments_++;
   s->segment = seg;
   s->first_page = 1;
@@ -106,17 +105,31 @@ Span* PageHeap::split_front(Span* s, size_t npages) {
 }
 
 Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
+  {
+    LockGuard g(lock_);
+    Span* s = alloc_locked(npages, align_pages, kind, zeroed, false);
+    maybe_purge(os::now_ms());
+    if (s) return s;
+  }
+  // Busy heaps are skipped: waiting would cost more than mapping a segment.
+  unsigned n = shard_count();
+  for (unsigned i = 1; i < n; i++) {
+    PageHeap& other = g_page_heap[(index() + i) % n];
+    if (!other.lock_.try_lock()) continue;
+    Span* s = other.alloc_locked(npages, align_pages, kind, zeroed, false);
+    other.lock_.unlock();
+    if (s) return s;
+  }
   LockGuard g(lock_);
-  Span* s = alloc_locked(npages, align_pages, kind, zeroed);
-  maybe_purge(os::now_ms());
-  return s;
+  return alloc_locked(npages, align_pages, kind, zeroed, true);
 }
 
-Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
+Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed,
+                             bool grow) {
   if (npages == 0 || align_pages == 0 || npages + align_pages - 1 > kMaxPages) return nullptr;
   size_t want = npages + align_pages - 1;
   Span* s = find_free(want);
-  if (!s) s = grow_heap();
+  if (!s && grow) s = grow_heap();
   if (!s) return nullptr;
   remove_free(s);
   // Leading pages up to the alignment go back to the free lists.
@@ -176,7 +189,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
       s->first_page = prev->first_page;
       s->start = prev->start;
       s->npages += prev->npages;
-      g_span_pool.free(prev);
+      descs_.free(prev);
     }
   }
   uint32_t after = s->first_page + s->npages;
@@ -187,7 +200,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
       clear_bounds(next);
       clear_bounds(s);
       s->npages += next->npages;
-      g_span_pool.free(next);
+      descs_.free(next);
     }
   }
   set_bounds(s);
@@ -212,10 +225,10 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
     }
     insert_free(next);
     clear_bounds(front);
-    g_span_pool.free(front);
+    descs_.free(front);
   } else {
     clear_bounds(next);
-    g_span_pool.free(next);
+    descs_.free(next);
   }
   if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
   s->npages += static_cast<uint32_t>(extra);
@@ -272,7 +285,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
         if (s->dirty) purged += s->bytes();
         segments_--;
         Segment* seg = s->segment;
-        g_span_pool.free(s);
+        descs_.free(s);
         segment_destroy(seg);
         continue;
       }
@@ -292,6 +305,25 @@ PageHeapStats PageHeap::stats() {
   LockGuard g(lock_);
   return PageHeapStats{segments_, free_pages_ << kPageShift, dirty_pages_ << kPageShift,
                        large_pages_ << kPageShift, purged_bytes_};
+}
+
+size_t page_heap_purge_all(bool all) {
+  size_t purged = 0;
+  for (unsigned sh = 0; sh < shard_count(); sh++) purged += g_page_heap[sh].purge(all);
+  return purged;
+}
+
+PageHeapStats page_heap_stats() {
+  PageHeapStats sum{};
+  for (unsigned sh = 0; sh < shard_count(); sh++) {
+    PageHeapStats s = g_page_heap[sh].stats();
+    sum.segments += s.segments;
+    sum.free_bytes += s.free_bytes;
+    sum.dirty_bytes += s.dirty_bytes;
+    sum.large_bytes += s.large_bytes;
+    sum.purged_bytes += s.purged_bytes;
+  }
+  return sum;
 }
 
 }  // namespace uslab

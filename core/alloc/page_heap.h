@@ -1,13 +1,19 @@
-// core/alloc/page_heap.h — spans of pages for slabs and large objects.
+// core/alloc/page_heap.h — per-shard heaps of pages for slabs and large objects.
 //
-// Owns: the free spans of every normal segment, kept in free lists by length
+// Owns: one PageHeap per shard (shard.h), each with its own normal segments
+// (Segment::heap) and Span descriptors: a shard's new slabs and large objects come
+// from its heap, and a span goes back to the heap of its segment from any CPU. (One
+// heap for all CPUs made every slab carve and release of every CPU take one lock:
+// on 16 CPUs, half of the seed concurrent test's time went to waiting for it.)
+// Each heap keeps the free spans of its segments kept in free lists by length
 // (exact lists for 1..127 pages with a bitmap of non-empty lists, one best-fit list
 // for longer spans); coalescing of a freed span with its free neighbours in the same
 // segment; the decay clock that returns free pages to the OS (MADV_DONTNEED) once
 // they have been free for `decay_ms`, and unmaps segments that are wholly free.
 //
-// Locking: one Mutex (lock()) guards the free lists, every free span, the kind and
-// the first/last PageMap entries of every span, and Segment::used_pages. Callers
+// Locking: each heap's Mutex (lock()) guards its free lists, every free span of its
+// segments, the kind and first/last PageMap entries of their spans, and their
+// Segment::used_pages. No thread holds two heaps' locks. Callers
 // never hold a central-list lock while calling in (order: central → page heap →
 // MetaPool → MetaArena → PageMap).
 //
@@ -21,6 +27,7 @@
 
 #include "core/alloc/meta_arena.h"
 #include "core/alloc/segment.h"
+#include "core/alloc/shard.h"
 
 namespace uslab {
 
@@ -39,7 +46,9 @@ class PageHeap {
 
   // A span of `npages` whose first page is aligned to `align_pages` (a power of two),
   // marked `kind` (kSlab or kLarge). *zeroed tells whether its pages read as zero.
-  // nullptr when memory cannot be had.
+  // nullptr when memory cannot be had. When this heap has no free span that fits,
+  // one of another heap's free spans is taken (it stays that heap's, and is freed
+  // there) before a new segment is mapped: pages freed on one CPU serve the others.
   Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
   // Give back a slab or large span (its page-map interior must be cleared by then
   // for large spans; slab interiors are cleared here).
@@ -53,10 +62,14 @@ class PageHeap {
 
   PageHeapStats stats();
   Mutex& lock() { return lock_; }
-  void reset_after_fork() { lock_.reset_after_fork(); }
+  Mutex& desc_lock() { return descs_.lock(); }
+  void reset_after_fork() {
+    lock_.reset_after_fork();
+    descs_.lock().reset_after_fork();
+  }
 
  private:
-  Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
+  Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow);
   void free_locked(Span* s, uint64_t now);
   Span* find_free(size_t npages);
   Span* grow_heap();
@@ -68,8 +81,11 @@ class PageHeap {
   Span* split_front(Span* s, size_t npages);
   void maybe_purge(uint64_t now);
   size_t purge_locked(uint64_t now, bool all);
+  Span* new_span_desc();
+  unsigned index() const;
 
   Mutex lock_;
+  MetaPool<Span> descs_;  // descriptors of this heap's spans
   IntrusiveList<Span> lists_[kMaxExact + 1];
   uint64_t nonempty_[kMaxExact / 64] = {};
   size_t segments_ = 0;
@@ -80,7 +96,13 @@ class PageHeap {
   uint64_t next_purge_ms_ = 0;
 };
 
-extern PageHeap g_page_heap;
-extern MetaPool<Span> g_span_pool;
+extern PageHeap g_page_heap[kMaxShards];
+extern MetaPool<Span> g_span_pool;  // descriptors of huge segments
+
+// The heap whose segment holds span s (slab, large or free).
+inline PageHeap& page_heap_of(const Span* s) { return g_page_heap[s->segment->heap]; }
+// Every heap in use: purge (bytes purged), and the counters summed.
+size_t page_heap_purge_all(bool all);
+PageHeapStats page_heap_stats();
 
 }  // namespace uslab

@@ -18,7 +18,7 @@ constinit bool g_percpu = false;
 
 namespace {
 
-struct CpuMeta {
+struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on every miss
   Mutex lock;
   bool ready;                // used since start or the last drain
   bool fork_taken;
@@ -28,13 +28,15 @@ struct CpuMeta {
   size_t capacity_bytes;     // sum over classes of capacity × size
   uint32_t misses;           // all misses, for the depots' decay clock
   uint64_t grows, steals, drains;
+  // Sheaf misses per class for the statistics. Per CPU: 16 CPUs bumping one shared
+  // counter per refill cost more than the refill. Relaxed: a migrated thread may
+  // bump another CPU's.
+  std::atomic<uint64_t> class_refills[kMaxClasses];
+  std::atomic<uint64_t> class_drains[kMaxClasses];
 };
 
 constexpr uint32_t kNoCpu = ~uint32_t{0};
 
-// Per-class miss counters for the statistics (relaxed: slow paths only).
-constinit std::atomic<uint64_t> refills_[kMaxClasses];
-constinit std::atomic<uint64_t> drains_[kMaxClasses];
 
 constinit Mutex init_lock_;
 constinit std::atomic<bool> decided_{false};
@@ -91,7 +93,7 @@ bool steal(uint32_t c, CpuMeta& m, unsigned keep) {
     if (k < 0) return false;
     m.capacity_bytes -= size_t{step} * class_size(v);
     m.steals++;
-    if (k) g_depot[v].give(v, spill, static_cast<size_t>(k));
+    if (k) depot_give(v, spill, static_cast<size_t>(k));
     return true;
   }
   return false;
@@ -146,7 +148,7 @@ void push_or_give(unsigned cls, void** buf, size_t n) {
   if (n == 0) return;
   n -= on_current_cpu(cls, n, false,
                       [&](uint32_t c) { return percpu_push_batch(c, cls, buf, n); });
-  if (n) g_depot[cls].give(cls, buf, n);
+  if (n) depot_give(cls, buf, n);
 }
 
 size_t default_budget() {
@@ -184,14 +186,19 @@ void percpu_free_retry(void* p, unsigned cls) { percpu_free(p, cls); }
 
 bool percpu_decided() { return decided_.load(std::memory_order_acquire); }
 
+unsigned current_shard() {
+  uint32_t c = g_percpu ? rseq_cpu_id() : kNoCpu;
+  return c < g_cpu_count ? shard_of_cpu(c) : t_cache->shard;
+}
+
 void* percpu_alloc_slow(unsigned cls) {
   uint32_t c = usable_cpu();
   if (c == kNoCpu) return thread_cache_alloc(cls);
   on_miss(c, cls);
   void* buf[kMaxBatch];
-  size_t n = g_depot[cls].take(cls, buf, batch_size(cls));
+  size_t n = g_depot[shard_of_cpu(c)][cls].take(cls, buf, batch_size(cls));
   USLAB_PROBE(sheaf_refill, cls, n);
-  refills_[cls].fetch_add(1, std::memory_order_relaxed);
+  meta_[c].class_refills[cls].fetch_add(1, std::memory_order_relaxed);
   if (n == 0) return os::fail_nomem();
   void* obj = buf[--n];
   push_or_give(cls, buf, n);
@@ -217,11 +224,11 @@ void percpu_free_slow(void* p, unsigned cls) {
     void* buf[kMaxBatch];
     long n = percpu_pop_batch(c, cls, buf, batch_size(cls));
     USLAB_PROBE(sheaf_drain, cls, n);
-    drains_[cls].fetch_add(1, std::memory_order_relaxed);
-    if (n > 0) g_depot[cls].give(cls, buf, static_cast<size_t>(n));
+    meta_[c].class_drains[cls].fetch_add(1, std::memory_order_relaxed);
+    if (n > 0) depot_give(cls, buf, static_cast<size_t>(n));
     if (n >= 0 && percpu_push_batch(c, cls, one, 1) == 1) return;
   }
-  g_depot[cls].give(cls, one, 1);
+  depot_give(cls, one, 1);
 }
 
 namespace {
@@ -279,7 +286,7 @@ bool drain_cpu(uint32_t c, CpuMeta& m, const HeaderSet& set) {
         // Objects are the slots (begin, current].
         uint32_t k = cur[cls] - i < kMaxBatch ? cur[cls] - i : static_cast<uint32_t>(kMaxBatch);
         sheaf_acquire(slots + i + 1, k);
-        g_central[cls].free_batch(cls, slots + i + 1, k);
+        central_free(cls, slots + i + 1, k);
       }
   m.drains++;
   return true;
@@ -292,7 +299,7 @@ void drain_classes(unsigned lo, unsigned hi) {
       LockGuard g(m.lock);
       if (m.ready) drain_cpu(c, m, HeaderSet::range(lo, hi));
     }
-  for (unsigned cls = lo; cls < hi; cls++) g_depot[cls].flush(cls);
+  depot_flush_classes(lo, hi);
 }
 
 // The tick's share of the CPU sheaves: on every CPU, the classes that did not miss
@@ -329,10 +336,10 @@ void decay_maybe_tick() {
   if (!next_tick_ms.compare_exchange_strong(next, now + period, std::memory_order_relaxed))
     return;  // another thread runs this tick
   if (next == 0) return;  // the first call only starts the clock
-  for (unsigned cls = 1; cls < kMaxClasses; cls++) g_depot[cls].decay(cls);
+  depot_decay_all();
   decay_idle_sheaves();
   if (void (*hook)() = __atomic_load_n(&g_decay_hook, __ATOMIC_ACQUIRE)) hook();
-  g_page_heap.purge(false);  // pages free for decay_ms, even if the heap saw no call since
+  page_heap_purge_all(false);  // pages free for decay_ms, even if a heap saw no call since
   huge_cache_purge(false);
 }
 
@@ -399,15 +406,14 @@ size_t percpu_defer_pending() {
 void percpu_class_stats(PerCpuClassStats out[kMaxClasses]) {
   memset(out, 0, sizeof(PerCpuClassStats) * kMaxClasses);
   if (!g_percpu) return;
-  for (unsigned cls = 1; cls < kMaxClasses; cls++) {
-    out[cls].refills = refills_[cls].load(std::memory_order_relaxed);
-    out[cls].drains = drains_[cls].load(std::memory_order_relaxed);
-  }
   for (uint32_t c = 0; c < g_cpu_count; c++) {
-    if (!__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) continue;
+    CpuMeta& m = meta_[c];
     for (unsigned cls = 1; cls < kMaxClasses; cls++) {
-      out[cls].cpu_objects += cached_of(c, cls);
+      out[cls].refills += m.class_refills[cls].load(std::memory_order_relaxed);
+      out[cls].drains += m.class_drains[cls].load(std::memory_order_relaxed);
     }
+    if (!__atomic_load_n(&m.ready, __ATOMIC_ACQUIRE)) continue;
+    for (unsigned cls = 1; cls < kMaxClasses; cls++) out[cls].cpu_objects += cached_of(c, cls);
   }
 }
 

@@ -105,6 +105,10 @@ size_t percpu_put(unsigned cls, void* const* ptrs, size_t n);
 bool percpu_decide();
 bool percpu_decided();
 
+// The shard (shard.h) whose depots the calling thread uses: its CPU's in per-CPU
+// mode, else its thread cache's.
+unsigned current_shard();
+
 // Drains every CPU's sheaves and the depots back to the slabs (malloc_trim), or only
 // those of one class (a cache being destroyed). Without membarrier's rseq fence only
 // the depots are drained.

@@ -56,6 +56,7 @@ struct alignas(128) Span {
   uint16_t div_mask;    // slabs: 2^tz - 1
   uint64_t freed_at_ms;  // free spans: when they last became free (decay clock)
   uint32_t first_page;  // index in the segment (0 for huge segments)
+  uint16_t shard;       // slabs: the shard that carved it (shard.h); fixed for its life
   uint64_t bitmap[kMaxSlabObjects / 64];
 
   size_t bytes() const { return size_t{npages} << kPageShift; }
@@ -78,6 +79,7 @@ struct Segment {
   uint32_t used_pages;  // normal: pages in non-free spans
   size_t mapped_bytes;  // the whole mapping, header included
   Span* huge_span;      // huge: the one large object
+  uint32_t heap;        // normal: the shard whose page heap carves it (page_heap.h)
 
   char* base() { return reinterpret_cast<char*>(this); }
   char* page_addr(size_t page) { return base() + (page << kPageShift); }

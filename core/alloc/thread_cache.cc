@@ -45,7 +45,7 @@ void flush_bin(CacheBin& b, unsigned cls, uint32_t n) {
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     b.count -= k;
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    g_central[cls].free_batch(cls, batch, k);
+    central_free(cls, batch, k);
     n -= k;
   }
 }
@@ -86,6 +86,7 @@ ThreadCache* create() {
   if (!rec) return nullptr;
   ThreadCache* tc = &rec->tc;
   memset(tc, 0, sizeof *tc);
+  tc->shard = shard_for_new_thread();
   size_t off = 0;
   for (unsigned c = 1; c < kNumClasses; c++) {
     tc->bins[c].cap = kClassInfo[c].tcache_cap;
@@ -113,17 +114,17 @@ void* thread_cache_alloc_slow(unsigned cls) {
     tc = create();
     if (!tc) {
       void* p;
-      return g_central[cls].alloc_batch(cls, &p, 1) ? p : os::fail_nomem();
+      return g_central[0][cls].alloc_batch(cls, &p, 1) ? p : os::fail_nomem();
     }
   }
   CacheBin& b = tc->bins[cls];
   if (b.count) return b.slots[--b.count];  // refilled by a nested call
   if (b.cap == 0) {  // a cache class: straight to its slabs
     void* p;
-    return g_central[cls].alloc_batch(cls, &p, 1) ? p : os::fail_nomem();
+    return g_central[tc->shard][cls].alloc_batch(cls, &p, 1) ? p : os::fail_nomem();
   }
   uint32_t want = b.cap / 2 ? b.cap / 2 : 1;
-  b.count = static_cast<uint32_t>(g_central[cls].alloc_batch(cls, b.slots, want));
+  b.count = static_cast<uint32_t>(g_central[tc->shard][cls].alloc_batch(cls, b.slots, want));
   tc->refills++;
   if (!b.count) return os::fail_nomem();
   void* p = b.slots[--b.count];
@@ -138,12 +139,12 @@ void thread_cache_free_slow(void* p, unsigned cls) {
   if (tc == &g_empty_cache) {
     tc = create();
     if (!tc) {
-      g_central[cls].free_batch(cls, &p, 1);
+      central_free(cls, &p, 1);
       return;
     }
   }
   CacheBin& b = tc->bins[cls];
-  if (b.cap == 0) return g_central[cls].free_batch(cls, &p, 1);  // a cache class
+  if (b.cap == 0) return central_free(cls, &p, 1);  // a cache class
   if (b.count && b.slots[b.count - 1] == p) return report_bad_free(p, "double free", cls);
   if (b.count >= b.cap) {
     flush_bin(b, cls, b.cap / 2 ? b.cap / 2 : b.count);

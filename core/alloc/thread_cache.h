@@ -44,6 +44,7 @@ struct ThreadCache {
   ThreadCache* next;
   uint64_t refills;
   uint64_t flushes;
+  unsigned shard;  // whose central lists refill the bins (shard.h)
 };
 
 enum : uint8_t { kThreadFresh = 0, kThreadActive = 1, kThreadTornDown = 2 };

@@ -70,6 +70,10 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     uint64_t bytes;
     ok = parse_u64(v, vlen, &bytes) && (bytes == 0 || (bytes >= (1u << 16) && bytes <= (1u << 30)));
     if (ok) cfg.cpu_cache_bytes = bytes;
+  } else if (key_is(k, klen, "shard_cpus")) {
+    uint64_t n;
+    ok = parse_u64(v, vlen, &n) && n <= 4096;
+    if (ok) cfg.shard_cpus = n;
   } else if (key_is(k, klen, "stats")) {
     ok = parse_bool(v, vlen, &cfg.stats_at_exit);
   } else if (key_is(k, klen, "decay_ms")) {

@@ -37,6 +37,13 @@ class Mutex {
       lock_slow(me);
   }
 
+  // Takes the lock only if it is free now.
+  bool try_lock() {
+    uint32_t expected = 0;
+    return word_.compare_exchange_strong(expected, current_tid(), std::memory_order_acquire,
+                                         std::memory_order_relaxed);
+  }
+
   void unlock() {
     if (word_.exchange(0, std::memory_order_release) & kWaiters)
       os::futex_wake(reinterpret_cast<uint32_t*>(&word_), 1);

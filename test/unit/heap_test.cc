@@ -48,7 +48,7 @@ TEST_CASE("every small and large size is usable, distinct and writable") {
 TEST_CASE("slab batches hand out distinct objects and detect double frees") {
   unsigned cls = size_to_class(48);
   std::vector<void*> objs(3 * kClassInfo[cls].objects);
-  REQUIRE(g_central[cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
+  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
   std::vector<void*> sorted = objs;
   std::sort(sorted.begin(), sorted.end());
   REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
@@ -60,14 +60,14 @@ TEST_CASE("slab batches hand out distinct objects and detect double frees") {
   // An interior pointer is not an object.
   char* interior = static_cast<char*>(objs[0]) + 8;
   REQUIRE(heap::slab_of(interior, PageMap::entry(interior)) == nullptr);
-  g_central[cls].free_batch(cls, objs.data(), objs.size());
+  g_central[0][cls].free_batch(cls, objs.data(), objs.size());
 
   g_config.abort_on_error = false;
   uint64_t before = g_bad_free_reports.load();
   void* p;
-  REQUIRE(g_central[cls].alloc_batch(cls, &p, 1) == 1);
-  g_central[cls].free_batch(cls, &p, 1);
-  g_central[cls].free_batch(cls, &p, 1);  // second free reaches the slab: reported
+  REQUIRE(g_central[0][cls].alloc_batch(cls, &p, 1) == 1);
+  g_central[0][cls].free_batch(cls, &p, 1);
+  g_central[0][cls].free_batch(cls, &p, 1);  // second free reaches the slab: reported
   REQUIRE(g_bad_free_reports.load() == before + 1);
   int local;
   heap::free(&local);  // not uslab's: reported, not crashed
