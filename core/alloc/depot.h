@@ -88,9 +88,13 @@ void depot_decay_all();
 // Batch size of a class: objects per refill/drain (2 … kMaxBatch, about 16 KiB).
 inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
 
-// Full sheaves a depot keeps at most (256 KiB of objects, at least one sheaf).
+// Full sheaves a depot keeps at most: 256 KiB of objects per shard up to 4 shards,
+// then 1 MiB shared out over the shards (at least one sheaf): a class's depots
+// would otherwise hold 256 KiB on every CPU of a big machine.
 inline uint32_t depot_max_full(unsigned cls) {
-  size_t n = 262144 / (size_t{batch_size(cls)} * class_size(cls));
+  size_t bytes = (size_t{1} << 20) / shard_count();
+  if (bytes > 262144) bytes = 262144;
+  size_t n = bytes / (size_t{batch_size(cls)} * class_size(cls));
   return static_cast<uint32_t>(n < 1 ? 1 : n);
 }
 

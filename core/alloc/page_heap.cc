@@ -10,7 +10,12 @@ namespace uslab {
 constinit PageHeap g_page_heap[kMaxShards];
 constinit MetaPool<Span> g_span_pool;
 
-unsigned PageHeap::index() const { return static_cast<unsigned>(this - g_page_heap); }
+// A private heap (the unit tests') is no shard's: it neither lends nor borrows.
+unsigned PageHeap::index() const {
+  return this >= g_page_heap && this < g_page_heap + kMaxShards
+             ? static_cast<unsigned>(this - g_page_heap)
+             : kPrivate;
+}
 
 Span* PageHeap::new_span_desc() {
   Span* s = descs_.alloc();
@@ -32,7 +37,8 @@ void PageHeap::insert_free(Span* s) {
   size_t i = list_index(s->npages);
   lists_[i].push_front(s);
   if (i < kMaxExact) nonempty_[i / 64] |= uint64_t{1} << (i % 64);
-  free_pages_ += s->npages;
+  // Stored atomically: other heaps' alloc reads it without this lock.
+  __atomic_store_n(&free_pages_, free_pages_ + s->npages, __ATOMIC_RELAXED);
   if (s->dirty) dirty_pages_ += s->npages;
 }
 
@@ -40,7 +46,7 @@ void PageHeap::remove_free(Span* s) {
   size_t i = list_index(s->npages);
   lists_[i].remove(s);
   if (i < kMaxExact && lists_[i].empty()) nonempty_[i / 64] &= ~(uint64_t{1} << (i % 64));
-  free_pages_ -= s->npages;
+  __atomic_store_n(&free_pages_, free_pages_ - s->npages, __ATOMIC_RELAXED);
   if (s->dirty) dirty_pages_ -= s->npages;
 }
 
@@ -112,10 +118,12 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
     if (s) return s;
   }
   // Busy heaps are skipped: waiting would cost more than mapping a segment.
-  unsigned n = shard_count();
+  unsigned n = index() == kPrivate ? 0 : shard_count();
   for (unsigned i = 1; i < n; i++) {
     PageHeap& other = g_page_heap[(index() + i) % n];
-    if (!other.lock_.try_lock()) continue;
+    if (__atomic_load_n(&other.free_pages_, __ATOMIC_RELAXED) < npages + kStealReserve ||
+        !other.lock_.try_lock())
+      continue;
     Span* s = other.alloc_locked(npages, align_pages, kind, zeroed, false);
     other.lock_.unlock();
     if (s) return s;

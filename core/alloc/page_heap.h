@@ -39,16 +39,20 @@ struct PageHeapStats {
   size_t purged_bytes;     // returned to the OS so far (cumulative)
 };
 
-class PageHeap {
+// Cache-line aligned: one heap's counters must not share a line with the next's lock.
+class alignas(64) PageHeap {
  public:
   static constexpr size_t kMaxExact = 128;
   static constexpr size_t kMaxPages = kPagesPerSegment - 1;  // usable pages per segment
+  static constexpr size_t kStealReserve = 64;                 // 512 KiB
 
   // A span of `npages` whose first page is aligned to `align_pages` (a power of two),
   // marked `kind` (kSlab or kLarge). *zeroed tells whether its pages read as zero.
   // nullptr when memory cannot be had. When this heap has no free span that fits,
   // one of another heap's free spans is taken (it stays that heap's, and is freed
   // there) before a new segment is mapped: pages freed on one CPU serve the others.
+  // Only heaps with a surplus (kStealReserve free pages beyond the request) that are
+  // not busy are asked, so that CPUs do not take turns at each other's working set.
   Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
   // Give back a slab or large span (its page-map interior must be cleared by then
   // for large spans; slab interiors are cleared here).
@@ -82,7 +86,8 @@ class PageHeap {
   void maybe_purge(uint64_t now);
   size_t purge_locked(uint64_t now, bool all);
   Span* new_span_desc();
-  unsigned index() const;
+  static constexpr unsigned kPrivate = ~0u;
+  unsigned index() const;  // in g_page_heap, or kPrivate
 
   Mutex lock_;
   MetaPool<Span> descs_;  // descriptors of this heap's spans

@@ -79,7 +79,8 @@ struct Segment {
   uint32_t used_pages;  // normal: pages in non-free spans
   size_t mapped_bytes;  // the whole mapping, header included
   Span* huge_span;      // huge: the one large object
-  uint32_t heap;        // normal: the shard whose page heap carves it (page_heap.h)
+  uint32_t heap;        // normal: the shard whose page heap carves it (page_heap.h;
+                        // PageHeap::kPrivate for a unit test's private heap)
 
   char* base() { return reinterpret_cast<char*>(this); }
   char* page_addr(size_t page) { return base() + (page << kPageShift); }

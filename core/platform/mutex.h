@@ -37,10 +37,12 @@ class Mutex {
       lock_slow(me);
   }
 
-  // Takes the lock only if it is free now.
+  // Takes the lock only if it is free now. A plain load first: a failed CAS would
+  // still pull the owner's line away from it.
   bool try_lock() {
     uint32_t expected = 0;
-    return word_.compare_exchange_strong(expected, current_tid(), std::memory_order_acquire,
+    return word_.load(std::memory_order_relaxed) == 0 &&
+           word_.compare_exchange_strong(expected, current_tid(), std::memory_order_acquire,
                                          std::memory_order_relaxed);
   }
 

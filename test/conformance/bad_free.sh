@@ -29,6 +29,9 @@ done
 err=$(LD_PRELOAD=$lib USLAB_CONF=${mode}decay_ms=soon,bogus=1,tcache=0 "$exe" none 2>&1 >/dev/null)
 check '[ $(echo "$err" | grep -c "uslab: USLAB_CONF: bad value for key .decay_ms.") -eq 1 ]' "bad value warning (got: $err)"
 check '[ $(echo "$err" | grep -c "uslab: USLAB_CONF: unknown key .bogus.") -eq 1 ]' "unknown key warning (got: $err)"
+err=$(LD_PRELOAD=$lib USLAB_CONF=${mode}shard_cpus=many,cpu_cache_bytes=12 "$exe" none 2>&1 >/dev/null)
+check '[ $(echo "$err" | grep -c "uslab: USLAB_CONF: bad value for key .shard_cpus.") -eq 1 ]' "shard_cpus warning (got: $err)"
+check '[ $(echo "$err" | grep -c "uslab: USLAB_CONF: bad value for key .cpu_cache_bytes.") -eq 1 ]' "cpu_cache_bytes warning (got: $err)"
 rm -f /tmp/uslab-bad.$$
 echo "bad_free: $total checks, $fail failed"
 [ $fail -eq 0 ]

@@ -60,7 +60,7 @@ TEST_CASE("slab batches hand out distinct objects and detect double frees") {
   // An interior pointer is not an object.
   char* interior = static_cast<char*>(objs[0]) + 8;
   REQUIRE(heap::slab_of(interior, PageMap::entry(interior)) == nullptr);
-  g_central[0][cls].free_batch(cls, objs.data(), objs.size());
+  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
 
   g_config.abort_on_error = false;
   uint64_t before = g_bad_free_reports.load();

@@ -1,0 +1,106 @@
+// Shards: slabs belong to the shard that carved them; frees from anywhere go back
+// to that shard's central list and depot; a page heap with no room takes another
+// heap's free pages before it maps a segment. These need two shards (shard_cpus=1
+// on a machine with two CPUs or more).
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <vector>
+
+#include "core/heap.h"
+
+using namespace uslab;
+
+namespace {
+
+bool have_two_shards() {
+  if (shard_count() >= 2) return true;
+  WARN("one shard on this machine: nothing to route between");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("CPUs map onto the shards in groups of shard_cpus") {
+  REQUIRE(shard_count() >= 1);
+  REQUIRE(shard_count() <= kMaxShards);
+  for (uint32_t c = 0; c < 4 * kMaxShards; c++) REQUIRE(shard_of_cpu(c) < shard_count());
+  if (have_two_shards()) REQUIRE(shard_of_cpu(0) != shard_of_cpu(1));  // default: 1 CPU each
+}
+
+TEST_CASE("objects freed in a mixed batch go back to their own shard's slabs") {
+  if (!have_two_shards()) return;
+  unsigned cls = size_to_class(96);
+  size_t n = 2 * kClassInfo[cls].objects;
+  std::vector<void*> a(n), b(n);
+  CentralStats a0 = g_central[0][cls].stats(cls), b0 = g_central[1][cls].stats(cls);
+  REQUIRE(g_central[0][cls].alloc_batch(cls, a.data(), n) == n);
+  REQUIRE(g_central[1][cls].alloc_batch(cls, b.data(), n) == n);
+  for (size_t i = 0; i < n; i++) {
+    REQUIRE(PageMap::get(a[i])->shard == 0);
+    REQUIRE(PageMap::get(b[i])->shard == 1);
+  }
+  // Interleaved, as a CPU's sheaf holds objects of whoever allocated them.
+  std::vector<void*> mixed;
+  for (size_t i = 0; i < n; i++) {
+    mixed.push_back(a[i]);
+    mixed.push_back(b[n - 1 - i]);
+  }
+  // A shard's free_batch stops at the first object it does not own.
+  REQUIRE(g_central[0][cls].free_batch(cls, mixed.data(), 2) == 1);
+  central_free(cls, mixed.data() + 1, mixed.size() - 1);
+  // Every object is free again in the slabs of the shard that carved it (the spare
+  // empty slab of each shard counts among the slabs).
+  CentralStats a1 = g_central[0][cls].stats(cls), b1 = g_central[1][cls].stats(cls);
+  REQUIRE(a1.objects - a1.free_objects == a0.objects - a0.free_objects);
+  REQUIRE(b1.objects - b1.free_objects == b0.objects - b0.free_objects);
+}
+
+TEST_CASE("a drain leaves objects in the depot of the shard that owns them") {
+  if (!have_two_shards()) return;
+  unsigned cls = size_to_class(80);
+  size_t n = batch_size(cls);
+  std::vector<void*> objs(n);
+  REQUIRE(g_central[1][cls].alloc_batch(cls, objs.data(), n) == n);
+  size_t d0 = g_depot[0][cls].stats().objects, d1 = g_depot[1][cls].stats().objects;
+  depot_give(cls, objs.data(), n);
+  REQUIRE(g_depot[0][cls].stats().objects == d0);
+  REQUIRE(g_depot[1][cls].stats().objects == d1 + n);
+  // Shard 1's next refill gets them back, hot.
+  std::vector<void*> back(n);
+  REQUIRE(g_depot[1][cls].take(cls, back.data(), n) == n);
+  std::sort(objs.begin(), objs.end());
+  std::sort(back.begin(), back.end());
+  REQUIRE(objs == back);
+  central_free(cls, back.data(), n);
+}
+
+TEST_CASE("a page heap with no room takes another heap's free pages, which go back there") {
+  if (!have_two_shards()) return;
+  PageHeap& lender = g_page_heap[1];
+  PageHeap& borrower = g_page_heap[0];
+  bool z;
+  page_heap_purge_all(true);  // no wholly free segment anywhere: the next one is new
+  // The lender gets a wholly free segment.
+  Span* whole = lender.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z);
+  REQUIRE(whole != nullptr);
+  REQUIRE(whole->segment->heap == 1);
+  lender.free(whole);
+  size_t lender_free = lender.stats().free_bytes;
+  // The borrower uses up its own spans that fit, then borrows instead of mapping.
+  size_t mapped = segment_mapped_bytes();
+  std::vector<Span*> taken;
+  Span* borrowed = nullptr;
+  for (int i = 0; i < 64 && !borrowed; i++) {
+    Span* s = borrower.alloc(300, 1, SpanKind::kLarge, &z);
+    REQUIRE(s != nullptr);
+    taken.push_back(s);
+    if (s->segment->heap == 1) borrowed = s;
+  }
+  REQUIRE(borrowed != nullptr);
+  REQUIRE(segment_mapped_bytes() == mapped);
+  REQUIRE(lender.stats().free_bytes == lender_free - 300 * kPageSize);
+  REQUIRE(borrower.stats().large_bytes >= (taken.size() - 1) * 300 * kPageSize);
+  // Freed through the segment's owner: the lender has its pages back.
+  for (Span* s : taken) page_heap_of(s).free(s);
+  REQUIRE(lender.stats().free_bytes == lender_free);
+}
