@@ -20,7 +20,8 @@ Benchmarks (default: all):
   rss           memory return: a 256 MB peak of small objects freed, and a
                 fragmentation workload (phases of size mixes, random survivors), each
                 followed by 3 s of light activity; RSS sampled every 10 ms; uslab
-                (default and with background_thread), jemalloc and glibc, decay 1 s
+                (default, background_thread=auto, and with background_thread=true),
+                jemalloc and glibc, decay 1 s
   bigblocks     the page-fault storm: 300 times a block of 5 … 25 MiB allocated,
                 every page written, freed; wall/user/sys seconds and minor faults
                 against glibc

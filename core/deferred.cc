@@ -417,7 +417,13 @@ void* background_main(void*) {
 }  // namespace
 
 void background_thread_maybe_start() {
-  if (!g_config.background_thread || bg_running_.load(std::memory_order_relaxed)) return;
+  using B = Config::Background;
+  if (g_config.background_thread == B::kOff || bg_running_.load(std::memory_order_relaxed))
+    return;
+  // auto: only once there is a lot to give back (see g_dirty_hook).
+  if (g_config.background_thread == B::kAuto &&
+      page_heap_dirty_bytes() < (kDirtyWakePages << kPageShift))
+    return;
   bool expected = false;
   if (!bg_running_.compare_exchange_strong(expected, true)) return;
   // The thread takes no signals meant for the program.

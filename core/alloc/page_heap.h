@@ -85,6 +85,7 @@ class alignas(64) PageHeap {
   Span* split_front(Span* s, size_t npages);
   void maybe_purge(uint64_t now);
   size_t purge_locked(uint64_t now, bool all);
+  friend size_t page_heap_dirty_bytes();
   Span* new_span_desc();
   static constexpr unsigned kPrivate = ~0u;
   unsigned index() const;  // in g_page_heap, or kPrivate
@@ -109,5 +110,14 @@ inline PageHeap& page_heap_of(const Span* s) { return g_page_heap[s->segment->he
 // Every heap in use: purge (bytes purged), and the counters summed.
 size_t page_heap_purge_all(bool all);
 PageHeapStats page_heap_stats();
+// Free but possibly resident bytes in all heaps (a racy sum; no lock).
+size_t page_heap_dirty_bytes();
+
+// Called (with no lock held) after a free leaves a heap with at least kDirtyWakePages
+// free but resident pages: the facade starts the background thread there (the
+// `background_thread=auto` default), so that a process that freed a lot gets it
+// back within decay_ms even if it never reaches a slow path again.
+constexpr size_t kDirtyWakePages = (size_t{16} << 20) >> kPageShift;
+extern void (*g_dirty_hook)();
 
 }  // namespace uslab

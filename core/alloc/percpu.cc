@@ -26,7 +26,6 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on every mis
   uint64_t missed[kMaxClasses / 64];  // bit per class: missed since the thief last passed
   uint64_t active[kMaxClasses / 64];  // bit per class: missed since the last decay tick
   size_t capacity_bytes;     // sum over classes of capacity × size
-  uint32_t misses;           // all misses, for the depots' decay clock
   uint64_t grows, steals, drains;
   // Sheaf misses per class for the statistics. Per CPU: 16 CPUs bumping one shared
   // counter per refill cost more than the refill. Relaxed: a migrated thread may
@@ -124,9 +123,8 @@ void on_miss(uint32_t c, unsigned cls, bool alloc) {
       m.grows++;
     }
   }
-  bool tick = ++m.misses % 64 == 0;
   m.lock.unlock();
-  if (tick) decay_maybe_tick();
+  decay_maybe_tick();  // a coarse clock read unless a tick is due
 }
 
 // Runs a batch section (pop or push of up to n objects) on the CPU the thread is

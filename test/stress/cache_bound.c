@@ -4,7 +4,7 @@
  * until the cached bytes are read from uslab's statistics. Passes when no thread has a
  * cache of its own and the cached bytes stay within a bound that does not involve the
  * thread count: the per-CPU budget times the CPUs in use, plus the depots' bound
- * (256 KiB per class). In the per-thread mode only the report runs (there the
+ * (per class 256 KiB per shard, at most 1 MiB in all). In the per-thread mode only the report runs (there the
  * 1000-thread figure is about 1000 times the 2-thread one).
  *
  * usage: cache_bound */
@@ -96,7 +96,7 @@ int main(void) {
     printf("cache_bound: per-thread mode, nothing to bound\n");
     return check_done("cache_bound");
   }
-  size_t depot_bound = (size_t)40 << 18;  /* 40 classes x 256 KiB */
+  size_t depot_bound = (size_t)40 << 20;  /* 40 classes x 1 MiB */
   CHECK(many.thread_caches == 0);
   CHECK(many.thread == 0);
   CHECK(many.cpu <= (size_t)many.cpus_used * many.budget);

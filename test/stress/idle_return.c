@@ -1,0 +1,49 @@
+/* test/stress/idle_return.c — memory freed after a peak goes back to the OS within a
+ * few decay periods although the program never calls the allocator again: with the
+ * default background_thread=auto, freeing a lot starts the background thread, which
+ * purges what stayed free for decay_ms. (Without it, only a later slow path would.)
+ *
+ * usage: idle_return DECAY_MS   (run with USLAB_CONF=decay_ms=DECAY_MS) */
+#include <stdint.h>
+#include <time.h>
+
+#include "bench/proc_self.h"
+#include "test/common/check.h"
+
+int main(int argc, char **argv) {
+  require_uslab();
+  long decay_ms = argc > 1 ? atol(argv[1]) : 400;
+  long before = rss_kib();
+  enum { kObjects = 24000 };
+  static void *objs[kObjects];  /* not on the heap: only the peak should move RSS */
+  uint64_t seed = 88172645463325252ull;
+  size_t bytes = 0;
+  for (int i = 0; i < kObjects; i++) {
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    size_t size = 64 + seed % 8192;
+    objs[i] = malloc(size);
+    CHECK(objs[i] != NULL);
+    if (objs[i]) memset(objs[i], i & 0xff, size);
+    bytes += size;
+  }
+  long peak = rss_kib();
+  for (int i = 0; i < kObjects; i++) {  /* in an order unrelated to allocation */
+    int j = (int)((uint64_t)i * 7919 % kObjects);
+    free(objs[j]);
+  }
+  long freed = rss_kib();
+  /* No allocator call from here on: sleep and watch. */
+  long now = freed, waited = 0;
+  struct timespec step = {0, 50 * 1000 * 1000};
+  while (waited < 10 * decay_ms && now > before + 16 * 1024) {
+    nanosleep(&step, NULL);
+    waited += 50;
+    now = rss_kib();
+  }
+  printf("idle_return: %zu MB allocated; RSS %ld KiB before, %ld at the peak, %ld after the "
+         "frees, %ld after %ld ms without a call (decay %ld ms)\n",
+         bytes >> 20, before, peak, freed, now, waited, decay_ms);
+  CHECK(peak > before + 64 * 1024);  /* the peak really happened */
+  CHECK(now <= before + 16 * 1024);
+  return check_done("idle_return");
+}
