@@ -459,22 +459,24 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     out("uslab stats (mode: per-thread caches (%s); %zu thread caches)\n",
         g_config.percpu ? "rseq unavailable" : "forced by percpu=false", cached.ncaches);
   }
+  out("topology: %u possible CPUs, %u shards of %u CPUs, L2 %zu KiB (probed from sysfs)\n",
+      possible_cpus(), shard_count(), shard_cpus(), l2_cache_bytes() >> 10);
   size_t deferred[kMaxClasses];
   DeferredStats d = deferred_stats(deferred);
-  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s %9s %9s %9s\n", "class", "size", "slabs",
-      "objects", "active", "cpu", "depot", "thread", "free", "refills", "drains", "depot-hit",
-      "slab-out", "slab-in", "deferred");
+  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n", "class", "size",
+      "slabs", "objects", "active", "cpu", "depot", "thread", "free", "refills", "drains",
+      "depot-hit", "slab-out", "slab-in", "deferred", "remote");
   for (unsigned c = 1; c < kNumClasses; c++) {
     CentralStats cs = central_stats(c);
     if (cs.slabs == 0 && cs.batches_out == 0) continue;
     size_t used = cs.objects - cs.free_objects;
     size_t active = used > cached.total(c) ? used - cached.total(c) : 0;
     const DepotStats& dp = cached.depot[c];
-    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu\n", c,
+    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu\n", c,
         (unsigned)class_size(c), cs.slabs, cs.objects, active, cached.cpu[c].cpu_objects,
         dp.objects, cached.thread[c], cs.free_objects, (size_t)cached.cpu[c].refills,
         (size_t)cached.cpu[c].drains, (size_t)dp.hits, (size_t)cs.batches_out,
-        (size_t)cs.batches_in, deferred[c]);
+        (size_t)cs.batches_in, deferred[c], (size_t)(dp.remote + cs.remote));
   }
   struct CacheLines {
     decltype(out)& print;

@@ -112,7 +112,7 @@ size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
   return got;
 }
 
-size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
+size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool remote) {
   Span* empties[64];
   size_t nempty = 0;
   const unsigned me = shard();
@@ -166,15 +166,17 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n) {
       }
     }
   }
+  if (remote) remote_ += i;
   lock_.unlock();
   for (size_t j = 0; j < nempty; j++) page_heap_of(empties[j]).free(empties[j]);
   return i;
 }
 
-void central_free(unsigned cls, void* const* ptrs, size_t n) {
+void central_free(unsigned cls, void* const* ptrs, size_t n, unsigned from) {
   while (n) {
     // A live object's slab and its shard stay put while we hold the object.
-    size_t k = g_central[PageMap::get(ptrs[0])->shard][cls].free_batch(cls, ptrs, n);
+    unsigned owner = PageMap::get(ptrs[0])->shard;
+    size_t k = g_central[owner][cls].free_batch(cls, ptrs, n, from != kNoShard && owner != from);
     ptrs += k;
     n -= k;
   }
@@ -189,6 +191,7 @@ CentralStats central_stats(unsigned cls) {
     sum.free_objects += s.free_objects;
     sum.batches_out += s.batches_out;
     sum.batches_in += s.batches_in;
+    sum.remote += s.remote;
   }
   return sum;
 }
@@ -212,7 +215,7 @@ void CentralList::release_spare() {
 CentralStats CentralList::stats(unsigned cls) {
   LockGuard g(lock_);
   return CentralStats{slabs_, slabs_ * class_info(cls).objects, free_objects_, batches_out_,
-                      batches_in_};
+                      batches_in_, remote_};
 }
 
 }  // namespace uslab

@@ -31,6 +31,7 @@ struct CentralStats {
   size_t free_objects;  // free in slab bitmaps
   uint64_t batches_out; // alloc_batch calls
   uint64_t batches_in;  // free_batch calls
+  uint64_t remote;      // objects freed here from thread caches of other shards
 };
 
 // Cache-line aligned: neighbouring classes and shards are locked by different CPUs.
@@ -41,7 +42,7 @@ class alignas(64) CentralList {
   // Return objects of class cls (each already checked to be a slab object of it)
   // from the front of ptrs[0..n) while their slabs belong to this shard; returns
   // how many (central_free routes a whole batch).
-  size_t free_batch(unsigned cls, void* const* ptrs, size_t n);
+  size_t free_batch(unsigned cls, void* const* ptrs, size_t n, bool remote = false);
   // Give the spare empty slab back to the page heap.
   void release_spare();
 
@@ -61,13 +62,16 @@ class alignas(64) CentralList {
   size_t free_objects_ = 0;
   uint64_t batches_out_ = 0;
   uint64_t batches_in_ = 0;
+  uint64_t remote_ = 0;
 };
 
 extern CentralList g_central[kMaxShards][kMaxClasses];
 
 // Return n objects of class cls to the central lists of their slabs' shards, one
-// lock per run of objects of one shard.
-void central_free(unsigned cls, void* const* ptrs, size_t n);
+// lock per run of objects of one shard. With `from` (a thread cache's shard), runs
+// of other shards count as remote frees.
+constexpr unsigned kNoShard = ~0u;
+void central_free(unsigned cls, void* const* ptrs, size_t n, unsigned from = kNoShard);
 // A class's counters summed over the shards.
 CentralStats central_stats(unsigned cls);
 // Every shard's spare empty slab of cls back to the page heap.

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/alloc/meta_arena.h"
+#include "core/alloc/percpu.h"
 
 namespace uslab {
 
@@ -45,10 +46,11 @@ size_t Depot::take(unsigned cls, void** out, size_t n) {
   return g_central[shard()][cls].alloc_batch(cls, out, n);
 }
 
-void Depot::give(unsigned cls, void* const* objs, size_t n) {
+void Depot::give(unsigned cls, void* const* objs, size_t n, bool remote) {
   if (n == 0) return;
   Sheaf* fresh = nullptr;
   lock_.lock();
+  if (remote) remote_ += n;
   if (nfull_ < depot_max_full(cls) && !empty_) {
     lock_.unlock();
     fresh = sheaf_pool_[shard()].alloc();
@@ -108,12 +110,13 @@ void Depot::release(unsigned cls, uint32_t sheaves) {
 
 DepotStats Depot::stats() {
   LockGuard g(lock_);
-  return DepotStats{objects_, hits_};
+  return DepotStats{objects_, hits_, remote_};
 }
 
 Mutex& depot_sheaf_pool_lock(unsigned shard) { return sheaf_pool_[shard].lock(); }
 
 void depot_give(unsigned cls, void* const* objs, size_t n) {
+  const unsigned here = current_shard();
   while (n) {
     // Live objects: their slabs and owners stay put meanwhile.
     Span* s = PageMap::get(objs[0]);
@@ -125,7 +128,7 @@ void depot_give(unsigned cls, void* const* objs, size_t n) {
       s = PageMap::get(p);
       if (s->shard != owner) break;
     }
-    g_depot[owner][cls].give(cls, objs, k);
+    g_depot[owner][cls].give(cls, objs, k, owner != here);
     objs += k;
     n -= k;
   }
@@ -137,6 +140,7 @@ DepotStats depot_stats(unsigned cls) {
     DepotStats s = g_depot[sh][cls].stats();
     sum.objects += s.objects;
     sum.hits += s.hits;
+    sum.remote += s.remote;
   }
   return sum;
 }

@@ -37,6 +37,7 @@ struct Sheaf {
 struct DepotStats {
   size_t objects;        // in full sheaves
   uint64_t hits;         // refills served by a full sheaf
+  uint64_t remote;       // objects drained here by CPUs of other shards
 };
 
 // Cache-line aligned: neighbouring classes and shards are locked by different CPUs.
@@ -45,9 +46,10 @@ class alignas(64) Depot {
   // Up to n (≤ kMaxBatch) objects into out (a whole sheaf when it holds no more than
   // n); 0 only when memory cannot be had.
   size_t take(unsigned cls, void** out, size_t n);
-  // n (≤ kMaxBatch) objects of class cls back, as one full sheaf when there is room.
-  // (Callers use depot_give, which picks the owners' depots.)
-  void give(unsigned cls, void* const* objs, size_t n);
+  // n (≤ kMaxBatch) objects of class cls back, as one full sheaf when there is room;
+  // `remote` when they come from a CPU of another shard (counted). (Callers use
+  // depot_give, which picks the owners' depots.)
+  void give(unsigned cls, void* const* objs, size_t n, bool remote);
   // Every object held here back to the slabs (trim).
   void flush(unsigned cls);
   // The decay tick: sheaves unused since the last tick back to the slabs.
@@ -69,6 +71,7 @@ class alignas(64) Depot {
   uint32_t low_water_ = 0;  // fewest full sheaves since the last decay tick
   size_t objects_ = 0;
   uint64_t hits_ = 0;
+  uint64_t remote_ = 0;
 };
 
 extern Depot g_depot[kMaxShards][kMaxClasses];

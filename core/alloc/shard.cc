@@ -32,6 +32,11 @@ unsigned shard_count() {
   return n ? n : init();
 }
 
+unsigned shard_cpus() {
+  shard_count();
+  return cpus_per_shard_.load(std::memory_order_relaxed);
+}
+
 unsigned shard_of_cpu(uint32_t c) {
   uint32_t n = shard_count();
   return c / cpus_per_shard_.load(std::memory_order_relaxed) % n;

@@ -23,6 +23,8 @@ constexpr unsigned kMaxShards = 64;  // CPUs beyond shard_cpus * kMaxShards shar
 
 // Shards in use (1 … kMaxShards).
 unsigned shard_count();
+// CPUs per shard (shard_cpus, at least 1).
+unsigned shard_cpus();
 // The shard of CPU c.
 unsigned shard_of_cpu(uint32_t c);
 // The shard of a new per-thread cache (round robin).

@@ -33,11 +33,12 @@ constinit MetaPool<CacheRecord> cache_pool_;
 pthread_key_t key_;
 bool key_ready_ = false;
 
-// Returns the n newest objects of the bin to the central list. They leave the bin
+// Returns the n newest objects of the bin to the central lists (objects of shards
+// other than the cache's count as remote frees). They leave the bin
 // (one store of count) before they are freed, so a fork in between leaves them in
 // neither place (a leak in the child) rather than in both (a double free when the
 // child flushes the caches of threads that did not survive the fork).
-void flush_bin(CacheBin& b, unsigned cls, uint32_t n) {
+void flush_bin(CacheBin& b, unsigned cls, uint32_t n, unsigned shard) {
   void* batch[256];
   while (n) {
     uint32_t k = n < 256 ? n : 256;
@@ -45,13 +46,13 @@ void flush_bin(CacheBin& b, unsigned cls, uint32_t n) {
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     b.count -= k;
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    central_free(cls, batch, k);
+    central_free(cls, batch, k, shard);
     n -= k;
   }
 }
 
 void flush_all(ThreadCache* tc) {
-  for (unsigned c = 1; c < kMaxClasses; c++) flush_bin(tc->bins[c], c, tc->bins[c].count);
+  for (unsigned c = 1; c < kMaxClasses; c++) flush_bin(tc->bins[c], c, tc->bins[c].count, tc->shard);
 }
 
 void release(ThreadCache* tc) {
@@ -147,7 +148,7 @@ void thread_cache_free_slow(void* p, unsigned cls) {
   if (b.cap == 0) return central_free(cls, &p, 1);  // a cache class
   if (b.count && b.slots[b.count - 1] == p) return report_bad_free(p, "double free", cls);
   if (b.count >= b.cap) {
-    flush_bin(b, cls, b.cap / 2 ? b.cap / 2 : b.count);
+    flush_bin(b, cls, b.cap / 2 ? b.cap / 2 : b.count, tc->shard);
     tc->flushes++;
   }
   bin_push(b, p);

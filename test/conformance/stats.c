@@ -4,11 +4,14 @@
  * N x S; after freeing them, the class shows 0 active. The mode reported by
  * uslab_stats_get agrees with the table's first line. N objects deferred while a
  * reader holds a section show in the class's deferred column and in
- * uslab_stats_get's deferred fields, and leave both after the barrier.
+ * uslab_stats_get's deferred fields, and leave both after the barrier. N objects
+ * allocated by a thread on one CPU and freed by a thread on a CPU of another shard
+ * show in the class's remote column (when the topology line reports two shards).
  *
  * usage: stats */
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -36,19 +39,76 @@ static long active_of(unsigned size) {
   return 0;
 }
 
-/* The deferred column (the 15th field) of the class whose object size is `size`. */
-static long deferred_of(unsigned size) {
+/* Column `col` (from 3, after class and size; 15 = deferred, 16 = remote) of the
+ * class whose object size is `size`. */
+static long column_of(unsigned size, int col) {
   text[0] = 0;
   uslab_stats_print(collect, NULL);
   for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
     unsigned cls, sz;
-    size_t f[13];
-    if (sscanf(line, "%u %u %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu", &cls, &sz, &f[0],
-               &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10], &f[11],
-               &f[12]) == 15 && sz == size)
-      return (long)f[12];
+    size_t f[14];
+    if (sscanf(line, "%u %u %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu", &cls, &sz,
+               &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10],
+               &f[11], &f[12], &f[13]) == 16 && sz == size)
+      return (long)f[col - 3];
   }
   return 0;
+}
+static long deferred_of(unsigned size) { return column_of(size, 15); }
+
+/* Producer on one CPU, consumer on another (the first two CPUs this process may use). */
+enum { REMOTE_N = 20000, REMOTE_SIZE = 448 };
+static void *remote_objs[REMOTE_N];
+static int remote_cpus[2];
+static void pin(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  sched_setaffinity(0, sizeof one, &one);
+}
+static void *remote_producer(void *arg) {
+  (void)arg;
+  pin(remote_cpus[0]);
+  for (int i = 0; i < REMOTE_N; i++) remote_objs[i] = malloc(REMOTE_SIZE);
+  return NULL;
+}
+static void *remote_consumer(void *arg) {
+  (void)arg;
+  pin(remote_cpus[1]);
+  for (int i = 0; i < REMOTE_N; i++) free(remote_objs[i]);
+  return NULL;
+}
+
+static void check_remote(void) {
+  unsigned possible = 0, shards = 0, per = 0;
+  text[0] = 0;
+  uslab_stats_print(collect, NULL);
+  const char *topo = strstr(text, "topology: ");
+  CHECK(topo != NULL);
+  if (topo) CHECK(sscanf(topo, "topology: %u possible CPUs, %u shards of %u CPUs", &possible,
+                         &shards, &per) == 3);
+  cpu_set_t set;
+  int n = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+      if (CPU_ISSET(c, &set) && (n == 0 || (unsigned)c / per != (unsigned)remote_cpus[0] / per))
+        remote_cpus[n++] = c;
+  if (shards < 2 || n < 2) {
+    printf("stats: remote frees not checked (%u shards, %d usable CPUs in different shards)\n",
+           shards, n);
+    return;
+  }
+  long base = column_of(REMOTE_SIZE, 16);
+  pthread_t t;
+  pthread_create(&t, NULL, remote_producer, NULL);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, remote_consumer, NULL);
+  pthread_join(t, NULL);
+  long remote = column_of(REMOTE_SIZE, 16) - base;
+  printf("stats: %d objects allocated on CPU %d, freed on CPU %d: %ld remote frees\n", REMOTE_N,
+         remote_cpus[0], remote_cpus[1], remote);
+  /* All but what the consumer's cache still holds (a few batches) went back remotely. */
+  CHECK(remote >= REMOTE_N / 2 && remote <= REMOTE_N);
 }
 
 
@@ -108,5 +168,6 @@ int main(void) {
   CHECK(uslab_stats_get((uslab_stats_t *)small, sizeof(size_t)) == 0);
   CHECK(small[sizeof(size_t)] == 0xee);
   check_deferred();
+  check_remote();
   return check_done("stats");
 }
