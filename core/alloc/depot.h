@@ -10,7 +10,8 @@
 // Only when the depot has no full sheaf does a refill go to its shard's central
 // slab list, and then for a whole batch; a drain that finds the depot at its bound
 // frees the batch to the slabs (grouped by slab, one class lock per batch and
-// owning shard). The bound is 256 KiB of objects per class and shard. Idle sheaves decay: every tick (a quarter of
+// owning shard). The bound is 256 KiB of objects per class over all shards (at
+// least 64 KiB per shard). Idle sheaves decay: every tick (a quarter of
 // decay_ms, decay_maybe_tick in percpu.h), the sheaves that stayed in the depot
 // through the whole last interval (its low-water mark) go back to the slabs, as
 // tcmalloc's transfer cache is plundered.
@@ -91,12 +92,12 @@ void depot_decay_all();
 // Batch size of a class: objects per refill/drain (2 … kMaxBatch, about 16 KiB).
 inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
 
-// Full sheaves a depot keeps at most: 256 KiB of objects per shard up to 4 shards,
-// then 1 MiB shared out over the shards (at least one sheaf): a class's depots
-// would otherwise hold 256 KiB on every CPU of a big machine.
+// Full sheaves a depot keeps at most: 256 KiB of objects per class shared out over
+// the shards, but at least 64 KiB per shard (and one sheaf). Without the sharing, a
+// class's depots would hold 256 KiB on every CPU of a big machine.
 inline uint32_t depot_max_full(unsigned cls) {
-  size_t bytes = (size_t{1} << 20) / shard_count();
-  if (bytes > 262144) bytes = 262144;
+  size_t bytes = (size_t{256} << 10) / shard_count();
+  if (bytes < (size_t{64} << 10)) bytes = size_t{64} << 10;
   size_t n = bytes / (size_t{batch_size(cls)} * class_size(cls));
   return static_cast<uint32_t>(n < 1 ? 1 : n);
 }

@@ -4,7 +4,8 @@
  * until the cached bytes are read from uslab's statistics. Passes when no thread has a
  * cache of its own and the cached bytes stay within a bound that does not involve the
  * thread count: the per-CPU budget times the CPUs in use, plus the depots' bound
- * (per class 256 KiB per shard, at most 1 MiB in all). In the per-thread mode only the report runs (there the
+ * (per class 256 KiB shared out over the shards, at least 64 KiB per shard: at most
+ * 1 MiB per class with up to 16 shards). In the per-thread mode only the report runs (there the
  * 1000-thread figure is about 1000 times the 2-thread one).
  *
  * usage: cache_bound */

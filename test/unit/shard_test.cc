@@ -74,6 +74,26 @@ TEST_CASE("a drain leaves objects in the depot of the shard that owns them") {
   central_free(cls, back.data(), n);
 }
 
+TEST_CASE("a drain of interleaved owners makes one sheaf per owner, not one per run") {
+  if (!have_two_shards()) return;
+  unsigned cls = size_to_class(112);
+  size_t half = batch_size(cls) / 2;
+  std::vector<void*> a(half), b(half), mixed;
+  REQUIRE(g_central[0][cls].alloc_batch(cls, a.data(), half) == half);
+  REQUIRE(g_central[1][cls].alloc_batch(cls, b.data(), half) == half);
+  for (size_t i = 0; i < half; i++) {
+    mixed.push_back(a[i]);
+    mixed.push_back(b[i]);
+  }
+  depot_give(cls, mixed.data(), mixed.size());
+  // Each owner's next refill gets all of its objects in one take.
+  std::vector<void*> back(batch_size(cls));
+  REQUIRE(g_depot[0][cls].take(cls, back.data(), back.size()) == half);
+  central_free(cls, back.data(), half);
+  REQUIRE(g_depot[1][cls].take(cls, back.data(), back.size()) == half);
+  central_free(cls, back.data(), half);
+}
+
 TEST_CASE("a page heap with no room takes another heap's free pages, which go back there") {
   if (!have_two_shards()) return;
   PageHeap& lender = g_page_heap[1];
