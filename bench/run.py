@@ -20,11 +20,13 @@ Benchmarks (default: all):
   rss           memory return: a 256 MB peak of small objects freed, and a
                 fragmentation workload (phases of size mixes, random survivors), each
                 followed by 3 s of light activity; RSS sampled every 10 ms; uslab
-                (default, background_thread=auto, and with background_thread=true),
-                jemalloc and glibc, decay 1 s
+                (default and with background_thread), jemalloc and glibc, decay 1 s
   bigblocks     the page-fault storm: 300 times a block of 5 … 25 MiB allocated,
                 every page written, freed; wall/user/sys seconds and minor faults
                 against glibc
+  startup       start-up cost: 500 runs of /bin/true and of python3 -c pass with each
+                allocator preloaded (the launcher itself is not), and with an empty
+                library preloaded (the floor); median wall time of a run, against glibc
   deferred      the kfree_rcu seed test: loops x objects allocated then handed to a
                 deferred free: uslab's blocks, a per-object callback baseline in the
                 same process, liburcu's call_rcu under jemalloc; ns per object, batches,
@@ -256,6 +258,35 @@ def bench_deferred(args, allocs, out):
     out["deferred"] = {f"{n}/{s}/{r}": v for (n, s, r), v in results.items()}
 
 
+def bench_startup(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "startup")
+    cmds = [("/bin/true", ["/bin/true"]), ("python3 -c pass", [sys.executable, "-c", "pass"])]
+    runs = 500
+    results = {}  # (cmd, alloc) -> [median per round]
+
+    def one(a, lib):
+        for label, argv in cmds:
+            for row in run_json([exe, lib, str(runs)] + argv, ""):
+                results.setdefault((label, a), []).append(row["median_us"])
+
+    # The floor: an empty library preloaded (what ld.so charges for any LD_PRELOAD).
+    runs_of = dict(allocs, **{"empty library": os.path.join(args.build, "bench",
+                                                            "libpreload_floor.so")})
+    alternate(runs_of, args.rounds, one)
+    print(f"Command: tools/uslab bench startup --rounds {args.rounds} ({runs} runs of each "
+          "command per round, one after another; median over rounds of each round's median "
+          "wall time of a run, µs; \"empty library\" preloads a library with nothing in it)\n")
+    print("| command | " + " | ".join(runs_of) + " | uslab/glibc | empty library/glibc |")
+    print("|" + "---|" * (3 + len(runs_of)))
+    for label, _ in cmds:
+        med = {a: statistics.median(results[(label, a)]) for a in runs_of}
+        print(f"| {label} | " + " | ".join(f"{med[a]:.0f}" for a in runs_of) +
+              f" | {med['uslab'] / med['glibc']:.3f} | "
+              f"{med['empty library'] / med['glibc']:.3f} |")
+    print()
+    out["startup"] = {f"{c}/{a}": v for (c, a), v in results.items()}
+
+
 def bench_rss(args, allocs, out):
     exe = os.path.join(args.build, "bench", "rss")
     idle_ms = 3000
@@ -476,7 +507,7 @@ def main():
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions",
-             "deferred", "rss", "bigblocks"]
+             "deferred", "rss", "bigblocks", "startup"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -519,6 +550,8 @@ def main():
             bench_rss(args, allocs, out)
         elif name == "bigblocks":
             bench_bigblocks(args, allocs, out)
+        elif name == "startup":
+            bench_startup(args, allocs, out)
         else:
             bench_instructions(args, allocs, out)
     if args.json:

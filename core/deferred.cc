@@ -282,11 +282,19 @@ bool close_slot_locked(DeferSlot& s) {
 void drain_sink(void* const* objs, size_t n, void*) { seal(new_block(), objs, n); }
 
 // Seals every CPU's deferred sheaf and every slot's open block, however full.
-void seal_open() {
+// With `wait` false (the decay tick) a busy slot is skipped: the tick can run inside
+// an allocation made under a slot's lock (push_locked's new block, a freed empty
+// block), and waiting there would be waiting for itself.
+void seal_open(bool wait) {
   percpu_defer_drain_all(drain_sink, nullptr);
   for (uint32_t i = 0; i < nslots_; i++) {
-    LockGuard g(slots_[i].lock);
+    Mutex& m = slots_[i].lock;
+    if (wait)
+      m.lock();
+    else if (!m.try_lock())
+      continue;
     close_slot_locked(slots_[i]);
+    m.unlock();
   }
 }
 
@@ -345,7 +353,7 @@ void deferred_poll() {
 void deferred_tick() {
   background_thread_maybe_start();  // again in a forked child
   if (!decided_.load(std::memory_order_acquire)) return;
-  seal_open();
+  seal_open(false);
   poll(false);
 }
 
@@ -353,7 +361,7 @@ void deferred_barrier() {
   if (grace_in_section())
     grace_misuse("uslab_deferred_barrier called inside a read-side section");
   decide();
-  seal_open();
+  seal_open(true);
   uint64_t blocks, chained;
   {
     LockGuard g(queue_lock_);
@@ -417,13 +425,7 @@ void* background_main(void*) {
 }  // namespace
 
 void background_thread_maybe_start() {
-  using B = Config::Background;
-  if (g_config.background_thread == B::kOff || bg_running_.load(std::memory_order_relaxed))
-    return;
-  // auto: only once there is a lot to give back (see g_dirty_hook).
-  if (g_config.background_thread == B::kAuto &&
-      page_heap_dirty_bytes() < (kDirtyWakePages << kPageShift))
-    return;
+  if (!g_config.background_thread || bg_running_.load(std::memory_order_relaxed)) return;
   bool expected = false;
   if (!bg_running_.compare_exchange_strong(expected, true)) return;
   // The thread takes no signals meant for the program.

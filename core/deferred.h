@@ -77,11 +77,13 @@ struct DeferredStats {
 // the emergency chain, not the open sheaves) of each class (0: large objects).
 DeferredStats deferred_stats(size_t* per_class = nullptr);
 
-// Starts the background thread when `background_thread` asks for it and it is not
-// running: `true` at start (the library's constructor); `auto` once the page heaps
-// hold kDirtyWakePages of freed, resident pages (called through g_dirty_hook); and
-// again from the decay tick and deferred frees in a forked child (which has no
-// threads but the forking one).
+// Starts the background thread when `background_thread` is configured and it is not
+// running: at start (the library's constructor), and again from the decay tick and
+// deferred frees in a forked child (which has no threads but the forking one).
+// Starting it from inside any free or allocation is not safe in general: glibc frees
+// a dead thread's TLS under its stack-cache lock, which pthread_create needs (an
+// attempt to start it once much memory was free deadlocked so); the restart in a
+// forked child from the decay tick has that exposure (README, known limits).
 void background_thread_maybe_start();
 
 // fork: the queue lock and the slot locks, taken before the heap's.

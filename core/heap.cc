@@ -529,7 +529,6 @@ void init() {
     int fd = os::dup_high(2);
     if (fd >= 0) g_report_fd = fd;
   }
-  __atomic_store_n(&g_dirty_hook, &background_thread_maybe_start, __ATOMIC_RELEASE);
   background_thread_maybe_start();
 }
 

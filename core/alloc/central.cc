@@ -183,17 +183,7 @@ void central_free(unsigned cls, void* const* ptrs, size_t n, unsigned from) {
 }
 
 CentralStats central_stats(unsigned cls) {
-  CentralStats sum{};
-  for (unsigned sh = 0; sh < shard_count(); sh++) {
-    CentralStats s = g_central[sh][cls].stats(cls);
-    sum.slabs += s.slabs;
-    sum.objects += s.objects;
-    sum.free_objects += s.free_objects;
-    sum.batches_out += s.batches_out;
-    sum.batches_in += s.batches_in;
-    sum.remote += s.remote;
-  }
-  return sum;
+  return sum_over_shards([cls](unsigned sh) { return g_central[sh][cls].stats(cls); });
 }
 
 void central_release_spares(unsigned cls) {

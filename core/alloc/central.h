@@ -32,6 +32,16 @@ struct CentralStats {
   uint64_t batches_out; // alloc_batch calls
   uint64_t batches_in;  // free_batch calls
   uint64_t remote;      // objects freed here from thread caches of other shards
+
+  CentralStats& operator+=(const CentralStats& o) {
+    slabs += o.slabs;
+    objects += o.objects;
+    free_objects += o.free_objects;
+    batches_out += o.batches_out;
+    batches_in += o.batches_in;
+    remote += o.remote;
+    return *this;
+  }
 };
 
 // Cache-line aligned: neighbouring classes and shards are locked by different CPUs.

@@ -127,8 +127,20 @@ void depot_give(unsigned cls, void* const* objs, size_t n) {
     // Live objects: their slabs and owners stay put meanwhile.
     Span* s = PageMap::get(objs[0]);
     const unsigned owner = s->shard;
-    size_t k = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 1;
+    for (; i < n; i++) {
+      const char* p = static_cast<const char*>(objs[i]);
+      if (static_cast<size_t>(p - s->start) >= s->bytes() &&
+          (s = PageMap::get(p))->shard != owner)
+        break;
+    }
+    if (i == n) {  // one owner (the usual case): no copy
+      g_depot[owner][cls].give(cls, objs, n, owner != here);
+      return;
+    }
+    memcpy(mine, objs, i * sizeof(void*));
+    size_t k = i, r = 0;
+    for (; i < n; i++) {
       void* p = objs[i];
       if (static_cast<size_t>(static_cast<char*>(p) - s->start) >= s->bytes()) s = PageMap::get(p);
       if (s->shard == owner)
@@ -144,14 +156,7 @@ void depot_give(unsigned cls, void* const* objs, size_t n) {
 }
 
 DepotStats depot_stats(unsigned cls) {
-  DepotStats sum{};
-  for (unsigned sh = 0; sh < shard_count(); sh++) {
-    DepotStats s = g_depot[sh][cls].stats();
-    sum.objects += s.objects;
-    sum.hits += s.hits;
-    sum.remote += s.remote;
-  }
-  return sum;
+  return sum_over_shards([cls](unsigned sh) { return g_depot[sh][cls].stats(); });
 }
 
 void depot_flush_classes(unsigned lo, unsigned hi) {

@@ -39,6 +39,13 @@ struct DepotStats {
   size_t objects;        // in full sheaves
   uint64_t hits;         // refills served by a full sheaf
   uint64_t remote;       // objects drained here by CPUs of other shards
+
+  DepotStats& operator+=(const DepotStats& o) {
+    objects += o.objects;
+    hits += o.hits;
+    remote += o.remote;
+    return *this;
+  }
 };
 
 // Cache-line aligned: neighbouring classes and shards are locked by different CPUs.

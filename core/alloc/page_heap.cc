@@ -3,6 +3,7 @@
 // lock_ held.
 #include "core/alloc/page_heap.h"
 
+#include <atomic>
 #include <cstring>
 
 namespace uslab {
@@ -37,10 +38,9 @@ void PageHeap::insert_free(Span* s) {
   size_t i = list_index(s->npages);
   lists_[i].push_front(s);
   if (i < kMaxExact) nonempty_[i / 64] |= uint64_t{1} << (i % 64);
-  // Stored atomically (as dirty_pages_): read without this lock by other heaps'
-  // alloc and by page_heap_dirty_bytes.
+  // Stored atomically: read without this lock by other heaps' alloc.
   __atomic_store_n(&free_pages_, free_pages_ + s->npages, __ATOMIC_RELAXED);
-  if (s->dirty) __atomic_store_n(&dirty_pages_, dirty_pages_ + s->npages, __ATOMIC_RELAXED);
+  if (s->dirty) dirty_pages_ += s->npages;
 }
 
 void PageHeap::remove_free(Span* s) {
@@ -48,7 +48,7 @@ void PageHeap::remove_free(Span* s) {
   lists_[i].remove(s);
   if (i < kMaxExact && lists_[i].empty()) nonempty_[i / 64] &= ~(uint64_t{1} << (i % 64));
   __atomic_store_n(&free_pages_, free_pages_ - s->npages, __ATOMIC_RELAXED);
-  if (s->dirty) __atomic_store_n(&dirty_pages_, dirty_pages_ - s->npages, __ATOMIC_RELAXED);
+  if (s->dirty) dirty_pages_ -= s->npages;
 }
 
 Span* PageHeap::find_free(size_t npages) {
@@ -169,19 +169,11 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   return s;
 }
 
-void (*g_dirty_hook)() = nullptr;
-
 void PageHeap::free(Span* s) {
-  bool wake;
-  {
-    LockGuard g(lock_);
-    uint64_t now = os::now_ms();
-    free_locked(s, now);
-    maybe_purge(now);
-    wake = dirty_pages_ >= kDirtyWakePages;
-  }
-  if (wake)
-    if (void (*hook)() = __atomic_load_n(&g_dirty_hook, __ATOMIC_ACQUIRE)) hook();
+  LockGuard g(lock_);
+  uint64_t now = os::now_ms();
+  free_locked(s, now);
+  maybe_purge(now);
 }
 
 void PageHeap::free_locked(Span* s, uint64_t now) {
@@ -309,7 +301,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
       if (!s->dirty) continue;
       USLAB_PROBE(page_purge, s->start, s->bytes());
       os::purge(s->start, s->bytes());
-      __atomic_store_n(&dirty_pages_, dirty_pages_ - s->npages, __ATOMIC_RELAXED);
+      dirty_pages_ -= s->npages;
       s->dirty = 0;
       purged += s->bytes();
     }
@@ -330,24 +322,8 @@ size_t page_heap_purge_all(bool all) {
   return purged;
 }
 
-size_t page_heap_dirty_bytes() {
-  size_t pages = 0;
-  for (unsigned sh = 0; sh < shard_count(); sh++)
-    pages += __atomic_load_n(&g_page_heap[sh].dirty_pages_, __ATOMIC_RELAXED);
-  return pages << kPageShift;
-}
-
 PageHeapStats page_heap_stats() {
-  PageHeapStats sum{};
-  for (unsigned sh = 0; sh < shard_count(); sh++) {
-    PageHeapStats s = g_page_heap[sh].stats();
-    sum.segments += s.segments;
-    sum.free_bytes += s.free_bytes;
-    sum.dirty_bytes += s.dirty_bytes;
-    sum.large_bytes += s.large_bytes;
-    sum.purged_bytes += s.purged_bytes;
-  }
-  return sum;
+  return sum_over_shards([](unsigned sh) { return g_page_heap[sh].stats(); });
 }
 
 }  // namespace uslab

@@ -37,6 +37,15 @@ struct PageHeapStats {
   size_t dirty_bytes;      // free but possibly resident
   size_t large_bytes;      // in large spans handed out
   size_t purged_bytes;     // returned to the OS so far (cumulative)
+
+  PageHeapStats& operator+=(const PageHeapStats& o) {
+    segments += o.segments;
+    free_bytes += o.free_bytes;
+    dirty_bytes += o.dirty_bytes;
+    large_bytes += o.large_bytes;
+    purged_bytes += o.purged_bytes;
+    return *this;
+  }
 };
 
 // Cache-line aligned: one heap's counters must not share a line with the next's lock.
@@ -85,7 +94,6 @@ class alignas(64) PageHeap {
   Span* split_front(Span* s, size_t npages);
   void maybe_purge(uint64_t now);
   size_t purge_locked(uint64_t now, bool all);
-  friend size_t page_heap_dirty_bytes();
   Span* new_span_desc();
   static constexpr unsigned kPrivate = ~0u;
   unsigned index() const;  // in g_page_heap, or kPrivate
@@ -110,14 +118,5 @@ inline PageHeap& page_heap_of(const Span* s) { return g_page_heap[s->segment->he
 // Every heap in use: purge (bytes purged), and the counters summed.
 size_t page_heap_purge_all(bool all);
 PageHeapStats page_heap_stats();
-// Free but possibly resident bytes in all heaps (a racy sum; no lock).
-size_t page_heap_dirty_bytes();
-
-// Called (with no lock held) after a free leaves a heap with at least kDirtyWakePages
-// free but resident pages: the facade starts the background thread there (the
-// `background_thread=auto` default), so that a process that freed a lot gets it
-// back within decay_ms even if it never reaches a slow path again.
-constexpr size_t kDirtyWakePages = (size_t{16} << 20) >> kPageShift;
-extern void (*g_dirty_hook)();
 
 }  // namespace uslab

@@ -30,4 +30,12 @@ unsigned shard_of_cpu(uint32_t c);
 // The shard of a new per-thread cache (round robin).
 unsigned shard_for_new_thread();
 
+// fn(shard) summed over the shards in use (a statistics struct with +=).
+template <typename Fn>
+auto sum_over_shards(Fn fn) {
+  auto sum = fn(0u);
+  for (unsigned sh = 1; sh < shard_count(); sh++) sum += fn(sh);
+  return sum;
+}
+
 }  // namespace uslab

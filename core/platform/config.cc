@@ -81,13 +81,7 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
   } else if (key_is(k, klen, "membarrier")) {
     ok = parse_bool(v, vlen, &cfg.membarrier);
   } else if (key_is(k, klen, "background_thread")) {
-    bool on;
-    if (vlen == 4 && memcmp(v, "auto", 4) == 0) {
-      cfg.background_thread = Config::Background::kAuto;
-      ok = true;
-    } else if ((ok = parse_bool(v, vlen, &on))) {
-      cfg.background_thread = on ? Config::Background::kOn : Config::Background::kOff;
-    }
+    ok = parse_bool(v, vlen, &cfg.background_thread);
   } else {
     warn(origin, "unknown key", k, klen);
     return;

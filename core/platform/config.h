@@ -22,10 +22,7 @@ struct Config {
   bool stats_at_exit = false;   // print the stats table on stderr at exit
   uint64_t decay_ms = 10000;    // free pages stay resident this long before madvise
   bool membarrier = true;       // writers fence readers with membarrier (false: readers fence)
-  // A thread that returns memory and frees deferred objects: never, always, or
-  // (auto) once the process has a lot of freed memory to return (heap.cc).
-  enum class Background : uint8_t { kOff, kOn, kAuto };
-  Background background_thread = Background::kAuto;
+  bool background_thread = false;  // a thread that returns memory and frees deferred objects
 };
 
 // The process-wide options; valid after config_init().

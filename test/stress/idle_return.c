@@ -1,9 +1,9 @@
 /* test/stress/idle_return.c — memory freed after a peak goes back to the OS within a
- * few decay periods although the program never calls the allocator again: with the
- * default background_thread=auto, freeing a lot starts the background thread, which
- * purges what stayed free for decay_ms. (Without it, only a later slow path would.)
+ * few decay periods although the program never calls the allocator again, when the
+ * background thread runs (background_thread=true): it purges what stayed free for
+ * decay_ms. (Without it, only a later slow path would.)
  *
- * usage: idle_return DECAY_MS   (run with USLAB_CONF=decay_ms=DECAY_MS) */
+ * usage: idle_return DECAY_MS   (run with USLAB_CONF=decay_ms=DECAY_MS,background_thread=true) */
 #include <stdint.h>
 #include <time.h>
 
