@@ -250,10 +250,8 @@ constexpr size_t kPollBlocks = 2;
 // synchronize_rcu the same way). 128 blocks are 65024 objects.
 constexpr size_t kMaxWaitingBlocks = 128;
 
-// After a block was sealed: free what is ready (and keep the background thread
-// alive where it is configured).
+// After a block was sealed: free what is ready.
 void after_seal() {
-  background_thread_maybe_start();
   size_t waiting = __atomic_load_n(&blocks_, __ATOMIC_RELAXED);
   if (waiting >= kMaxWaitingBlocks && !grace_in_section())
     poll(true);
@@ -351,7 +349,6 @@ void deferred_poll() {
 }
 
 void deferred_tick() {
-  background_thread_maybe_start();  // again in a forked child
   if (!decided_.load(std::memory_order_acquire)) return;
   seal_open(false);
   poll(false);

@@ -78,12 +78,10 @@ struct DeferredStats {
 DeferredStats deferred_stats(size_t* per_class = nullptr);
 
 // Starts the background thread when `background_thread` is configured and it is not
-// running: at start (the library's constructor), and again from the decay tick and
-// deferred frees in a forked child (which has no threads but the forking one).
-// Starting it from inside any free or allocation is not safe in general: glibc frees
-// a dead thread's TLS under its stack-cache lock, which pthread_create needs (an
-// attempt to start it once much memory was free deadlocked so); the restart in a
-// forked child from the decay tick has that exposure (README, known limits).
+// running: at start (the library's constructor) and in a forked child (its fork
+// handler). Never from inside a free or an allocation: glibc frees a dead thread's
+// TLS under its stack-cache lock, which pthread_create needs (an attempt to start
+// the thread on demand once much memory was free deadlocked so).
 void background_thread_maybe_start();
 
 // fork: the queue lock and the slot locks, taken before the heap's.

@@ -601,6 +601,10 @@ void fork_child() {
   thread_cache_registry_lock().reset_after_fork();
   thread_cache_after_fork_child();
   deferred_fork_child();
+  // Here, not on a later slow path: a slow path can run inside a free that glibc
+  // makes under its own locks, which pthread_create needs; in the child's handler
+  // glibc's locks have just been reset and it is the only thread.
+  background_thread_maybe_start();
 }
 
 }  // namespace uslab::heap

@@ -3,9 +3,15 @@
  * background thread runs (background_thread=true): it purges what stayed free for
  * decay_ms. (Without it, only a later slow path would.)
  *
- * usage: idle_return DECAY_MS   (run with USLAB_CONF=decay_ms=DECAY_MS,background_thread=true) */
+ * With `fork`, the whole test runs in a child forked first: the thread must have been
+ * restarted there (by the fork handler; the child has no other thread).
+ *
+ * usage: idle_return DECAY_MS [fork]
+ *        (run with USLAB_CONF=decay_ms=DECAY_MS,background_thread=true) */
 #include <stdint.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench/proc_self.h"
 #include "test/common/check.h"
@@ -13,6 +19,16 @@
 int main(int argc, char **argv) {
   require_uslab();
   long decay_ms = argc > 1 ? atol(argv[1]) : 400;
+  if (argc > 2 && !strcmp(argv[2], "fork")) {
+    pid_t pid = fork();
+    if (pid > 0) {
+      int st = 0;
+      CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      return check_done("idle_return (parent)");
+    }
+    CHECK(pid == 0);
+    printf("idle_return: in a forked child\n");
+  }
   long before = rss_kib();
   enum { kObjects = 24000 };
   static void *objs[kObjects];  /* not on the heap: only the peak should move RSS */
