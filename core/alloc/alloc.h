@@ -1,5 +1,5 @@
-// core/alloc/alloc.h — umbrella of the allocator layer (segments, page heap, central
-// slab lists, depots, per-CPU sheaves, thread caches, metadata, grace periods). Includes only the data-structure layer below
+// core/alloc/alloc.h — umbrella of the allocator layer (shards, segments, page heaps,
+// central slab lists, depots, huge cache, per-CPU sheaves, thread caches, metadata, grace periods). Includes only the data-structure layer below
 // it; the Heap facade (core/heap.h) is the only includer.
 #pragma once
 

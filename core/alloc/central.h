@@ -9,7 +9,7 @@
 // Locking: each CentralList's lock guards its partial list, its spare, the bitmap,
 // free_count and on_partial of every slab of that class, and the counters. A new
 // slab is carved (descriptor filled, objects of a cache class constructed or
-// poisoned, page map written) outside the lock and then published under it. Empty slabs are handed to the page heap after the class lock
+// poisoned, page map written) outside the lock and then published under it. Empty slabs are handed to their segment's page heap after the class lock
 // is dropped (order: class lock → never the page heap lock).
 //
 // A slab's bitmap is also the double-free detector: freeing an object whose bit is

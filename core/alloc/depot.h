@@ -86,7 +86,7 @@ extern Depot g_depot[kMaxShards][kMaxClasses];
 Mutex& depot_sheaf_pool_lock(unsigned shard);
 
 // n (≤ kMaxBatch) objects of class cls to the depots of the shards that own their
-// slabs, one lock per run of one owner.
+// slabs, grouped by owner: one depot lock per owner.
 void depot_give(unsigned cls, void* const* objs, size_t n);
 
 // A class's counters summed over the shards.

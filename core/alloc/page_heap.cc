@@ -3,7 +3,6 @@
 // lock_ held.
 #include "core/alloc/page_heap.h"
 
-#include <atomic>
 #include <cstring>
 
 namespace uslab {

@@ -5,7 +5,7 @@
 // from its heap, and a span goes back to the heap of its segment from any CPU. (One
 // heap for all CPUs made every slab carve and release of every CPU take one lock:
 // on 16 CPUs, half of the seed concurrent test's time went to waiting for it.)
-// Each heap keeps the free spans of its segments kept in free lists by length
+// Each heap keeps the free spans of its segments in free lists by length
 // (exact lists for 1..127 pages with a bitmap of non-empty lists, one best-fit list
 // for longer spans); coalescing of a freed span with its free neighbours in the same
 // segment; the decay clock that returns free pages to the OS (MADV_DONTNEED) once
@@ -13,7 +13,9 @@
 //
 // Locking: each heap's Mutex (lock()) guards its free lists, every free span of its
 // segments, the kind and first/last PageMap entries of their spans, and their
-// Segment::used_pages. No thread holds two heaps' locks. Callers
+// Segment::used_pages. No thread holds two heaps' locks. free_pages_ is also read
+// without the lock, by other heaps deciding whether to borrow (stored atomically;
+// a stale value only skips or tries a heap). Callers
 // never hold a central-list lock while calling in (order: central → page heap →
 // MetaPool → MetaArena → PageMap).
 //

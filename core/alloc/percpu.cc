@@ -1,7 +1,7 @@
 // core/alloc/percpu.cc — per-CPU sheaves: set-up, refill and drain, adaptive
-// capacity, draining for trim, stats and fork. See percpu.h for the layout and the
-// rules; CpuMeta::lock guards everything in a CpuMeta and the `end` fields of that
-// CPU's headers.
+// capacity, draining for trim, the decay tick, stats and fork. See percpu.h for the
+// layout and the rules; CpuMeta::lock guards everything in a CpuMeta (but its
+// relaxed statistics counters) and the `end` fields of that CPU's headers.
 #include "core/alloc/percpu.h"
 
 #include <atomic>
@@ -35,7 +35,6 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on every mis
 };
 
 constexpr uint32_t kNoCpu = ~uint32_t{0};
-
 
 constinit Mutex init_lock_;
 constinit std::atomic<bool> decided_{false};

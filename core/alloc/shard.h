@@ -1,14 +1,16 @@
-// core/alloc/shard.h — shards: groups of CPUs that share depots and central lists.
+// core/alloc/shard.h — shards: groups of CPUs that share depots, central lists and
+// a page heap.
 //
 // With one depot and one central slab list per class for the whole process, every
 // refill and drain of every CPU takes the same lock: on 16 CPUs the seed concurrent
 // test (every CPU allocates then frees 10000 objects) spent 2-30x jemalloc's cycles
 // waiting for it. A shard is a group of `shard_cpus` consecutive CPU ids with its
-// own depot and central list per class (g_depot[shard][cls], g_central[shard][cls]),
-// as SLUB gives each CPU its own partial slabs and jemalloc spreads threads over
-// arenas. A slab belongs to the shard that carved it for its whole life
-// (Span::shard); its objects go back to that shard's central list from any CPU
-// (central_free groups a batch by owner). Depots hold objects of any shard.
+// own depot and central list per class (g_depot[shard][cls], g_central[shard][cls])
+// and its own page heap (g_page_heap[shard]), as SLUB gives each CPU its own partial
+// slabs and jemalloc spreads threads over arenas. A slab belongs to the shard that
+// carved it for its whole life (Span::shard); its objects go back to that shard's
+// depot (depot_give) or central list (central_free) from any CPU, so a depot holds
+// only its own shard's objects.
 // Per-thread caches (the fallback mode) are given shards round robin.
 //
 // Locking: none. The shard count and size are computed once, on first use, from

@@ -4,7 +4,7 @@
 // process when rseq is unavailable and by single threads that cannot use their
 // CPU's sheaves (see percpu.h): each bin is an array
 // stack of object pointers; malloc pops, free pushes, with no lock and no atomic.
-// An empty bin refills half its capacity from the central list in one batch; a full
+// An empty bin refills half its capacity from its shard's central list in one batch; a full
 // bin flushes half back in one batch.
 //
 // Owns: the ThreadCache records (from a MetaPool), the registry of live caches, the

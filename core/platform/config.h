@@ -18,7 +18,7 @@ struct Config {
   bool tcache = true;           // per-thread caches in front of the central lists
   bool percpu = true;           // per-CPU sheaves over rseq when the kernel allows
   uint64_t cpu_cache_bytes = 0; // capacity budget per CPU (0: from the L2 size)
-  uint64_t shard_cpus = 0;      // CPUs per shard of depots and central lists (0: 1)
+  uint64_t shard_cpus = 0;      // CPUs per shard (depots, slab lists, page heap; 0: 1)
   bool stats_at_exit = false;   // print the stats table on stderr at exit
   uint64_t decay_ms = 10000;    // free pages stay resident this long before madvise
   bool membarrier = true;       // writers fence readers with membarrier (false: readers fence)
