@@ -392,11 +392,16 @@ struct CachedCounts {
   size_t ncaches;
   PerCpuClassStats cpu[kMaxClasses];
   DepotStats depot[kMaxClasses];
+  uint64_t hits[kMaxClasses];  // of the CPU sheaves and the thread caches
 
   CachedCounts() {
     thread_cache_counts(thread, &ncaches);
     percpu_class_stats(cpu);
-    for (unsigned c = 1; c < kMaxClasses; c++) depot[c] = depot_stats(c);
+    thread_cache_hits(hits);
+    for (unsigned c = 1; c < kMaxClasses; c++) {
+      depot[c] = depot_stats(c);
+      hits[c] += cpu[c].hits;
+    }
   }
   size_t total(unsigned c) const { return thread[c] + cpu[c].cpu_objects + depot[c].objects; }
 };
@@ -463,18 +468,19 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       possible_cpus(), shard_count(), shard_cpus(), l2_cache_bytes() >> 10);
   size_t deferred[kMaxClasses];
   DeferredStats d = deferred_stats(deferred);
-  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n", "class", "size",
-      "slabs", "objects", "active", "cpu", "depot", "thread", "free", "refills", "drains",
-      "depot-hit", "slab-out", "slab-in", "deferred", "remote");
+  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %11s %9s %9s %9s %9s %9s %9s %9s\n", "class",
+      "size", "slabs", "objects", "active", "cpu", "depot", "thread", "free", "hits", "refills",
+      "drains", "depot-hit", "slab-out", "slab-in", "deferred", "remote");
   for (unsigned c = 1; c < kNumClasses; c++) {
     CentralStats cs = central_stats(c);
     if (cs.slabs == 0 && cs.batches_out == 0) continue;
     size_t used = cs.objects - cs.free_objects;
     size_t active = used > cached.total(c) ? used - cached.total(c) : 0;
     const DepotStats& dp = cached.depot[c];
-    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu\n", c,
-        (unsigned)class_size(c), cs.slabs, cs.objects, active, cached.cpu[c].cpu_objects,
-        dp.objects, cached.thread[c], cs.free_objects, (size_t)cached.cpu[c].refills,
+    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %11zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu\n",
+        c, (unsigned)class_size(c), cs.slabs, cs.objects, active, cached.cpu[c].cpu_objects,
+        dp.objects, cached.thread[c], cs.free_objects, (size_t)cached.hits[c],
+        (size_t)cached.cpu[c].refills,
         (size_t)cached.cpu[c].drains, (size_t)dp.hits, (size_t)cs.batches_out,
         (size_t)cs.batches_in, deferred[c], (size_t)(dp.remote + cs.remote));
   }

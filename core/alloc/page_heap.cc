@@ -188,9 +188,16 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
   s->freed_at_ms = now;
 
   // Coalesce with the free span before and the free span after (same segment only).
+  // The merged span keeps the age of its oldest dirty part: taking `now` would let a
+  // slab freed now and then at the edge of a large dirty span keep it from ever
+  // decaying.
+  auto keep_age = [s](const Span* n) {
+    if (n->dirty && n->freed_at_ms < s->freed_at_ms) s->freed_at_ms = n->freed_at_ms;
+  };
   if (s->first_page > 1) {
     Span* prev = PageMap::get(seg->page_addr(s->first_page - 1));
     if (prev && prev->kind == SpanKind::kFree) {
+      keep_age(prev);
       remove_free(prev);
       clear_bounds(prev);
       clear_bounds(s);
@@ -204,6 +211,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
   if (after < kPagesPerSegment) {
     Span* next = PageMap::get(seg->page_addr(after));
     if (next && next->kind == SpanKind::kFree) {
+      keep_age(next);
       remove_free(next);
       clear_bounds(next);
       clear_bounds(s);

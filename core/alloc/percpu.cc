@@ -32,6 +32,8 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on every mis
   // bump another CPU's.
   std::atomic<uint64_t> class_refills[kMaxClasses];
   std::atomic<uint64_t> class_drains[kMaxClasses];
+  std::atomic<uint64_t> class_hits[kMaxClasses];  // banked carries of the hit counters
+  uint16_t hits_seen[kMaxClasses];  // each hit counter at the last decay tick
 };
 
 constexpr uint32_t kNoCpu = ~uint32_t{0};
@@ -56,6 +58,12 @@ uint32_t capacity_of(uint32_t cpu, unsigned cls) {
 uint32_t cached_of(uint32_t cpu, unsigned cls) {
   uint32_t cur = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED) & 0xffff;
   return cur > begin_of(cls) ? cur - begin_of(cls) : 0;
+}
+// The hit counter of a class on a CPU (kHitsOffset; written by its fast path).
+uint16_t hits_of(uint32_t cpu, unsigned cls) {
+  auto* h = reinterpret_cast<uint16_t*>(g_cpu_region + (size_t{cpu} << kCpuRegionShift) +
+                                        kHitsOffset);
+  return __atomic_load_n(&h[cls], __ATOMIC_RELAXED);
 }
 
 // The CPU whose sheaves this thread may use now, or kNoCpu (then it uses its
@@ -189,6 +197,17 @@ bool percpu_decide() {
 }
 
 void* percpu_alloc_retry(unsigned cls) { return percpu_alloc(cls); }
+
+void* percpu_alloc_tick(unsigned cls) {
+  // The carry banks the hits that wrapped the counter, less the one the retry below
+  // counts again. Any CPU's bank will do (the statistics sum them): the thread may
+  // have moved since.
+  uint32_t c = rseq_cpu_id();
+  if (c < g_cpu_count)
+    meta_[c].class_hits[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
+  decay_maybe_tick();
+  return percpu_alloc(cls);
+}
 void percpu_free_retry(void* p, unsigned cls) { percpu_free(p, cls); }
 
 bool percpu_decided() { return decided_.load(std::memory_order_acquire); }
@@ -309,9 +328,10 @@ void drain_classes(unsigned lo, unsigned hi) {
   depot_flush_classes(lo, hi);
 }
 
-// The tick's share of the CPU sheaves: on every CPU, the classes that did not miss
-// since the last tick are drained and their capacity goes back to the budget (idle
-// capacity shrinks; a class in use regrows it by a batch per miss).
+// The tick's share of the CPU sheaves: on every CPU, the classes that neither
+// missed nor served an allocation since the last tick are drained and their
+// capacity goes back to the budget (idle capacity shrinks; a class in use regrows it
+// by a batch per miss).
 void decay_idle_sheaves() {
   if (!g_percpu || !rseq_fence_available()) return;
   for (uint32_t c = 0; c < g_cpu_count; c++) {
@@ -320,11 +340,15 @@ void decay_idle_sheaves() {
     if (!m.ready) continue;
     HeaderSet idle;
     bool any = false;
-    for (unsigned cls = 1; cls < kMaxClasses; cls++)
-      if (capacity_of(c, cls) && !(m.active[cls / 64] >> (cls % 64) & 1)) {
+    for (unsigned cls = 1; cls < kMaxClasses; cls++) {
+      uint16_t hits = hits_of(c, cls);
+      bool used = hits != m.hits_seen[cls] || (m.active[cls / 64] >> (cls % 64) & 1);
+      m.hits_seen[cls] = hits;
+      if (capacity_of(c, cls) && !used) {
         idle.add(cls);
         any = true;
       }
+    }
     memset(m.active, 0, sizeof m.active);
     if (any) drain_cpu(c, m, idle);
   }
@@ -418,9 +442,13 @@ void percpu_class_stats(PerCpuClassStats out[kMaxClasses]) {
     for (unsigned cls = 1; cls < kMaxClasses; cls++) {
       out[cls].refills += m.class_refills[cls].load(std::memory_order_relaxed);
       out[cls].drains += m.class_drains[cls].load(std::memory_order_relaxed);
+      out[cls].hits += m.class_hits[cls].load(std::memory_order_relaxed);
     }
     if (!__atomic_load_n(&m.ready, __ATOMIC_ACQUIRE)) continue;
-    for (unsigned cls = 1; cls < kMaxClasses; cls++) out[cls].cpu_objects += cached_of(c, cls);
+    for (unsigned cls = 1; cls < kMaxClasses; cls++) {
+      out[cls].cpu_objects += cached_of(c, cls);
+      out[cls].hits += hits_of(c, cls) / kHitStep;
+    }
   }
 }
 

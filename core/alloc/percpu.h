@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "core/alloc/depot.h"
+#include "core/alloc/thread_cache.h"
 
 namespace uslab {
 
@@ -57,6 +58,10 @@ constexpr unsigned kDeferSheaf = kMaxClasses;
 constexpr uint32_t kDeferCap = 508;  // (4096 - a block's 32-byte header) / 8
 constexpr unsigned kSheafHeaders = kMaxClasses + 1;
 
+// After the headers, a 16-bit hit counter per class (thread_cache.h's kHitStep per
+// pop; its carry sends the pop through percpu_alloc_tick).
+constexpr size_t kHitsOffset = kHeaderOffset + kSheafHeaders * sizeof(uint32_t);
+
 struct SheafLayout {
   uint16_t begin[kSheafHeaders];  // the guard slot of each class
   size_t slots;
@@ -64,7 +69,7 @@ struct SheafLayout {
 
 constexpr SheafLayout make_sheaf_layout() {
   SheafLayout l{};
-  size_t next = (kHeaderOffset + kSheafHeaders * sizeof(uint32_t) + sizeof(void*) - 1) /
+  size_t next = (kHitsOffset + kMaxClasses * sizeof(uint16_t) + sizeof(void*) - 1) /
                 sizeof(void*);
   for (unsigned c = 1; c < kSheafHeaders; c++) {
     l.begin[c] = static_cast<uint16_t>(next);
@@ -92,6 +97,7 @@ extern bool g_percpu USLAB_HIDDEN;
 void* percpu_alloc_slow(unsigned cls);
 void percpu_free_slow(void* p, unsigned cls);
 void* percpu_alloc_retry(unsigned cls);
+void* percpu_alloc_tick(unsigned cls);  // a hit counter carried (see kHitsOffset)
 void percpu_free_retry(void* p, unsigned cls);
 
 // Bulk moves on the current CPU's sheaf of cls (n ≥ 1): take pops up to n objects
@@ -135,6 +141,7 @@ size_t percpu_defer_pending();  // pointers in the CPUs' deferred sheaves (racy 
 
 struct PerCpuClassStats {
   size_t cpu_objects;   // cached in CPU sheaves (racy sum)
+  uint64_t hits;        // allocations served by the sheaves
   uint64_t refills;     // sheaf misses on allocation (a batch came in)
   uint64_t drains;      // sheaf misses on free that moved a batch out
 };
@@ -216,7 +223,8 @@ inline void sheaf_release(void* const*, size_t) {}
 
 static_assert(kCpuRegionShift == 18 && kHeaderOffset == 8, "spelled out in the asm");
 
-// Pop one object of class cls from the current CPU's sheaf.
+// Pop one object of class cls from the current CPU's sheaf. The hit counter is
+// bumped before the commit: a section aborted after it counts one hit twice.
 inline void* percpu_alloc(unsigned cls) {
   void* obj;
   __asm__ goto(USLAB_RSEQ_OPEN
@@ -225,14 +233,16 @@ inline void* percpu_alloc(unsigned cls) {
                "movq (%%rdx, %%rcx, 8), %[obj]\n\t"
                "testq %[obj], %[obj]\n\t"
                "jz %l[miss]\n\t"
+               "addw %[step], %c[hits](%%rdx, %[cls], 2)\n\t"
+               "jc %l[tick]\n\t"
                "decl %%ecx\n\t"
                "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
                USLAB_RSEQ_CLOSE
                : [obj] "=&r"(obj)
                : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count), [region] "r"(g_cpu_region),
-                 [cls] "r"(uint64_t{cls})
+                 [cls] "r"(uint64_t{cls}), [hits] "i"(kHitsOffset), [step] "i"(kHitStep)
                : "rax", "rcx", "rdx", "memory", "cc"
-               : abort, miss);
+               : abort, miss, tick);
   if (obj == nullptr) __builtin_unreachable();  // tested above
   sheaf_acquire(&obj, 1);
   return obj;
@@ -240,6 +250,8 @@ abort:
   return percpu_alloc_retry(cls);
 miss:
   return percpu_alloc_slow(cls);
+tick:
+  return percpu_alloc_tick(cls);
 }
 
 // Push p onto the current CPU's sheaf of cls (header index: a class or kDeferSheaf).

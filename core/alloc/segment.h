@@ -54,7 +54,7 @@ struct alignas(128) Span {
   uint16_t free_count;
   uint16_t scan_hint;
   uint16_t div_mask;    // slabs: 2^tz - 1
-  uint64_t freed_at_ms;  // free spans: when they last became free (decay clock)
+  uint64_t freed_at_ms;  // free spans: when their oldest dirty page became free (decay)
   uint32_t first_page;  // index in the segment (0 for huge segments)
   uint16_t shard;       // slabs: the shard that carved it (shard.h); fixed for its life
   uint64_t bitmap[kMaxSlabObjects / 64];

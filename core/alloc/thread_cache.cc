@@ -5,6 +5,7 @@
 
 #include "core/alloc/percpu.h"
 
+#include <atomic>
 #include <cstring>
 #include <pthread.h>
 
@@ -51,12 +52,17 @@ void flush_bin(CacheBin& b, unsigned cls, uint32_t n, unsigned shard) {
   }
 }
 
+// Hits banked by the bins' carries and by caches released (relaxed: statistics).
+std::atomic<uint64_t> banked_hits_[kMaxClasses];
+
 void flush_all(ThreadCache* tc) {
   for (unsigned c = 1; c < kMaxClasses; c++) flush_bin(tc->bins[c], c, tc->bins[c].count, tc->shard);
 }
 
 void release(ThreadCache* tc) {
   flush_all(tc);
+  for (unsigned c = 1; c < kMaxClasses; c++)
+    banked_hits_[c].fetch_add(tc->bins[c].hits / kHitStep, std::memory_order_relaxed);
   {
     LockGuard g(registry_lock_);
     registry_.remove(tc);
@@ -135,6 +141,15 @@ void* thread_cache_alloc_slow(unsigned cls) {
   return p;
 }
 
+void* thread_cache_alloc_tick(unsigned cls) {
+  // The bin is not empty (its counter only moves on a pop). The pop below counts
+  // once more, hence one hit less banked.
+  banked_hits_[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
+  void* p = thread_cache_alloc(cls);
+  decay_maybe_tick();  // after the pop, as in thread_cache_alloc_slow
+  return p;
+}
+
 void thread_cache_free_slow(void* p, unsigned cls) {
   ThreadCache* tc = t_cache;
   if (tc == &g_empty_cache) {
@@ -165,6 +180,13 @@ void thread_cache_counts(size_t counts[kMaxClasses], size_t* ncaches) {
   *ncaches = registry_.size();
   for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)
     for (size_t c = 1; c < kNumClasses; c++) counts[c] += tc->bins[c].count;
+}
+
+void thread_cache_hits(uint64_t hits[kMaxClasses]) {
+  for (size_t c = 0; c < kMaxClasses; c++) hits[c] = banked_hits_[c].load(std::memory_order_relaxed);
+  LockGuard g(registry_lock_);
+  for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)
+    for (size_t c = 1; c < kNumClasses; c++) hits[c] += tc->bins[c].hits / kHitStep;
 }
 
 Mutex& thread_cache_registry_lock() { return registry_lock_; }

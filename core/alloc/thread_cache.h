@@ -32,9 +32,19 @@
 
 namespace uslab {
 
+// Both front ends count the allocations they serve in 16-bit counters, per bin here
+// and per CPU and class in percpu.h: every pop adds kHitStep, and the carry out of
+// the counter (every 4096 hits) sends that pop down a slow path that banks the hits
+// for the statistics and gives the decay tick (percpu.h) a chance to run in a
+// program whose caches never miss (as jemalloc's allocation-event ticks and
+// tcmalloc's sampling countdown do).
+constexpr unsigned kHitStep = 16;
+constexpr uint64_t kHitsPerCarry = 65536 / kHitStep;
+
 struct CacheBin {
   uint32_t count;
-  uint32_t cap;
+  uint16_t cap;
+  uint16_t hits;  // + kHitStep per pop; its carry ticks (as percpu.h's hit counters)
   void** slots;
 };
 
@@ -57,10 +67,16 @@ extern ThreadCache g_empty_cache;
 // per-CPU decision on a process's first allocation, double-free report).
 void* thread_cache_alloc_slow(unsigned cls);
 void thread_cache_free_slow(void* p, unsigned cls);
+void* thread_cache_alloc_tick(unsigned cls);
 
 inline void* thread_cache_alloc(unsigned cls) {
   CacheBin& b = t_cache->bins[cls];
-  if (__builtin_expect(b.count != 0, 1)) return b.slots[--b.count];
+  if (__builtin_expect(b.count != 0, 1)) {
+    uint16_t h = static_cast<uint16_t>(b.hits + kHitStep);
+    b.hits = h;
+    if (__builtin_expect(h < kHitStep, 0)) return thread_cache_alloc_tick(cls);
+    return b.slots[--b.count];
+  }
   return thread_cache_alloc_slow(cls);
 }
 
@@ -87,6 +103,8 @@ void thread_cache_flush_mine();
 
 // Sum of cached objects per class over all live caches (approximate while running).
 void thread_cache_counts(size_t counts[kMaxClasses], size_t* ncaches);
+// Allocations served by the bins, per class (live caches and those of exited threads).
+void thread_cache_hits(uint64_t hits[kMaxClasses]);
 
 Mutex& thread_cache_registry_lock();
 Mutex& thread_cache_pool_lock();

@@ -7,6 +7,7 @@
  * uslab_stats_get's deferred fields, and leave both after the barrier. N objects
  * allocated by a thread on one CPU and freed by a thread on a CPU of another shard
  * show in the class's remote column (when the topology line reports two shards).
+ * N mallocs of a class add N to its hits and refills columns.
  *
  * usage: stats */
 #include <malloc.h>
@@ -39,22 +40,40 @@ static long active_of(unsigned size) {
   return 0;
 }
 
-/* Column `col` (from 3, after class and size; 15 = deferred, 16 = remote) of the
- * class whose object size is `size`. */
+/* Column `col` (from 3, after class and size; 10 = hits, 11 = refills, 16 = deferred,
+ * 17 = remote) of the class whose object size is `size`. */
+enum { COL_HITS = 10, COL_REFILLS = 11, COL_DEFERRED = 16, COL_REMOTE = 17 };
 static long column_of(unsigned size, int col) {
   text[0] = 0;
   uslab_stats_print(collect, NULL);
   for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
     unsigned cls, sz;
-    size_t f[14];
-    if (sscanf(line, "%u %u %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu", &cls, &sz,
-               &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10],
-               &f[11], &f[12], &f[13]) == 16 && sz == size)
+    size_t f[15];
+    if (sscanf(line, "%u %u %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu", &cls,
+               &sz, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10],
+               &f[11], &f[12], &f[13], &f[14]) == 17 && sz == size)
       return (long)f[col - 3];
   }
   return 0;
 }
-static long deferred_of(unsigned size) { return column_of(size, 15); }
+static long deferred_of(unsigned size) { return column_of(size, COL_DEFERRED); }
+
+/* Every malloc of a class is a hit of its CPU sheaf or thread cache, or a refill:
+ * N allocations (more than the 4096 hits after which a counter carries into its
+ * bank) move the hits by N less the refills (a handful; counted per CPU only), give
+ * or take the few hits a restarted section counts twice. */
+static void check_hits(void) {
+  enum { N = 100000, S = 1536 };  /* a class size */
+  long hits = column_of(S, COL_HITS), refills = column_of(S, COL_REFILLS);
+  for (int i = 0; i < N; i++) {
+    void *p = malloc(S);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+  }
+  long dh = column_of(S, COL_HITS) - hits, dr = column_of(S, COL_REFILLS) - refills;
+  printf("stats: %d allocations of %d bytes: %ld sheaf hits, %ld refills\n", N, S, dh, dr);
+  CHECK(dh >= N - N / 100 && dh + dr <= N + N / 100);
+}
 
 /* Producer on one CPU, consumer on another (the first two CPUs this process may use). */
 enum { REMOTE_N = 20000, REMOTE_SIZE = 448 };
@@ -98,13 +117,13 @@ static void check_remote(void) {
            shards, n);
     return;
   }
-  long base = column_of(REMOTE_SIZE, 16);
+  long base = column_of(REMOTE_SIZE, COL_REMOTE);
   pthread_t t;
   pthread_create(&t, NULL, remote_producer, NULL);
   pthread_join(t, NULL);
   pthread_create(&t, NULL, remote_consumer, NULL);
   pthread_join(t, NULL);
-  long remote = column_of(REMOTE_SIZE, 16) - base;
+  long remote = column_of(REMOTE_SIZE, COL_REMOTE) - base;
   printf("stats: %d objects allocated on CPU %d, freed on CPU %d: %ld remote frees\n", REMOTE_N,
          remote_cpus[0], remote_cpus[1], remote);
   /* All but what the consumer's cache still holds (a few batches) went back remotely. */
@@ -169,5 +188,6 @@ int main(void) {
   CHECK(small[sizeof(size_t)] == 0xee);
   check_deferred();
   check_remote();
+  check_hits();
   return check_done("stats");
 }

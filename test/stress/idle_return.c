@@ -6,8 +6,13 @@
  * With `fork`, the whole test runs in a child forked first: the thread must have been
  * restarted there (by the fork handler; the child has no other thread).
  *
- * usage: idle_return DECAY_MS [fork]
- *        (run with USLAB_CONF=decay_ms=DECAY_MS,background_thread=true) */
+ * With `pairs`, the program keeps calling malloc and free of one small size in
+ * pairs, which its cache serves without ever missing, and no background thread runs:
+ * the decay tick must come from the caches' hit counters.
+ *
+ * usage: idle_return DECAY_MS [fork|pairs]
+ *        (run with USLAB_CONF=decay_ms=DECAY_MS,background_thread=true; for `pairs`
+ *        without the thread) */
 #include <stdint.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -48,17 +53,32 @@ int main(int argc, char **argv) {
     free(objs[j]);
   }
   long freed = rss_kib();
-  /* No allocator call from here on: sleep and watch. */
+  /* No allocator call from here on (or only pairs): sleep or loop, and watch. */
+  int pairs = argc > 2 && !strcmp(argv[2], "pairs");
   long now = freed, waited = 0;
   struct timespec step = {0, 50 * 1000 * 1000};
   while (waited < 10 * decay_ms && now > before + 16 * 1024) {
-    nanosleep(&step, NULL);
+    if (pairs) {
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      do {
+        for (int i = 0; i < 1000; i++) {
+          void *p = malloc(40);
+          __asm__ volatile("" : : "r"(p) : "memory");
+          free(p);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+      } while ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 50);
+    } else {
+      nanosleep(&step, NULL);
+    }
     waited += 50;
     now = rss_kib();
   }
   printf("idle_return: %zu MB allocated; RSS %ld KiB before, %ld at the peak, %ld after the "
-         "frees, %ld after %ld ms without a call (decay %ld ms)\n",
-         bytes >> 20, before, peak, freed, now, waited, decay_ms);
+         "frees, %ld after %ld ms %s (decay %ld ms)\n",
+         bytes >> 20, before, peak, freed, now, waited,
+         pairs ? "of malloc/free pairs" : "without a call", decay_ms);
   CHECK(peak > before + 64 * 1024);  /* the peak really happened */
   CHECK(now <= before + 16 * 1024);
   return check_done("idle_return");

@@ -118,3 +118,28 @@ TEST_CASE("decay keeps recently freed pages until they are old enough") {
   ph.free(keep);
   ph.purge(true);
 }
+
+TEST_CASE("a span freed next to an old dirty span keeps the old span's age") {
+  // A slab freed now and then at the edge of a large dirty span must not keep the
+  // whole span from decaying (the merged span used to take the newest time).
+  uint64_t saved = g_config.decay_ms;
+  g_config.decay_ms = 100;
+  PageHeap ph;
+  bool z;
+  Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  Span* old_part = ph.alloc(16, 1, SpanKind::kLarge, &z);
+  Span* new_part = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  REQUIRE(new_part->start == old_part->start + 16 * kPageSize);
+  memset(old_part->start, 1, old_part->bytes());
+  memset(new_part->start, 1, new_part->bytes());
+  ph.free(old_part);
+  size_t purged_before = ph.stats().purged_bytes;
+  os::sleep_ns(150'000'000);
+  ph.free(new_part);  // merges with old_part (and the free rest of the segment)
+  ph.purge(false);    // (the free may have purged already: its heap's clock was due)
+  REQUIRE(ph.stats().purged_bytes - purged_before >= 17 * kPageSize);
+  REQUIRE(ph.stats().dirty_bytes == 0);
+  g_config.decay_ms = saved;
+  ph.free(keep);
+  ph.purge(true);
+}
