@@ -426,7 +426,7 @@ Stats stats() {
   st.huge_count = g_huge_count.load(std::memory_order_relaxed);
   st.huge_allocated = g_huge_bytes.load(std::memory_order_relaxed);
   st.mapped = segment_mapped_bytes();
-  st.metadata = g_meta_arena.mapped();
+  st.metadata = g_meta_arena.mapped() + g_paged_pool_bytes.load(std::memory_order_relaxed);
   st.large_allocated = ph.large_bytes;
   st.free_bytes = ph.free_bytes;
   st.dirty_bytes = ph.dirty_bytes;

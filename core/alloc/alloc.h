@@ -10,6 +10,7 @@
 #include "core/alloc/meta_arena.h"
 #include "core/alloc/obj_cache.h"
 #include "core/alloc/page_heap.h"
+#include "core/alloc/paged_pool.h"
 #include "core/alloc/percpu.h"
 #include "core/alloc/segment.h"
 #include "core/alloc/shard.h"

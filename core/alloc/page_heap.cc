@@ -314,6 +314,8 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
     }
   }
   purged_bytes_ += purged;
+  // Descriptors freed with the spans above (and before) go back with their pages.
+  descs_.purge(now, decay, all);
   return purged;
 }
 

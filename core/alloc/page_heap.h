@@ -9,7 +9,8 @@
 // (exact lists for 1..127 pages with a bitmap of non-empty lists, one best-fit list
 // for longer spans); coalescing of a freed span with its free neighbours in the same
 // segment; the decay clock that returns free pages to the OS (MADV_DONTNEED) once
-// they have been free for `decay_ms`, and unmaps segments that are wholly free.
+// they have been free for `decay_ms`, and unmaps segments that are wholly free; the
+// same clock returns the pages of its descriptor pool (paged_pool.h) left empty.
 //
 // Locking: each heap's Mutex (lock()) guards its free lists, every free span of its
 // segments, the kind and first/last PageMap entries of their spans, and their
@@ -17,7 +18,7 @@
 // without the lock, by other heaps deciding whether to borrow (stored atomically;
 // a stale value only skips or tries a heap). Callers
 // never hold a central-list lock while calling in (order: central → page heap →
-// MetaPool → MetaArena → PageMap).
+// descriptor pool → MetaArena → PageMap).
 //
 // Invariants: a free span's page-map entries are set at its first and last page and
 // null inside; an allocated span's are set at its first and last page (slabs set the
@@ -28,6 +29,7 @@
 #include <cstdint>
 
 #include "core/alloc/meta_arena.h"
+#include "core/alloc/paged_pool.h"
 #include "core/alloc/segment.h"
 #include "core/alloc/shard.h"
 
@@ -101,7 +103,7 @@ class alignas(64) PageHeap {
   unsigned index() const;  // in g_page_heap, or kPrivate
 
   Mutex lock_;
-  MetaPool<Span> descs_;  // descriptors of this heap's spans
+  PagedPool<Span> descs_;  // descriptors of this heap's spans
   IntrusiveList<Span> lists_[kMaxExact + 1];
   uint64_t nonempty_[kMaxExact / 64] = {};
   size_t segments_ = 0;

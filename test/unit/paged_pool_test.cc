@@ -1,0 +1,79 @@
+// PagedPool: records are reused from pages in use first, pages left wholly free go
+// back to the OS after the decay time (and read as zero when carved again), and the
+// metadata figure follows.
+#include <catch2/catch.hpp>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/alloc/alloc.h"
+
+using namespace uslab;
+
+namespace {
+
+struct alignas(128) Record {
+  unsigned char bytes[256];
+};
+constexpr size_t kPerPage = os::kOsPage / sizeof(Record);
+
+bool resident(const void* p) {
+  unsigned char v = 0;
+  void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(os::kOsPage - 1));
+  REQUIRE(mincore(page, os::kOsPage, &v) == 0);
+  return v & 1;
+}
+
+}  // namespace
+
+TEST_CASE("a paged pool reuses pages in use first and purges pages left free") {
+  PagedPool<Record> pool;
+  std::vector<Record*> recs;
+  for (size_t i = 0; i < 4 * kPerPage; i++) {
+    Record* r = pool.alloc();
+    REQUIRE(r != nullptr);
+    memset(r, 0xab, sizeof *r);
+    recs.push_back(r);
+  }
+  // Records of one page are contiguous: the first four pages' worth.
+  char* page2 = reinterpret_cast<char*>(recs[2 * kPerPage]);
+  REQUIRE(reinterpret_cast<uintptr_t>(page2) % os::kOsPage == 0);
+  for (size_t i = 2 * kPerPage; i < 4 * kPerPage; i++) pool.free(recs[i]);
+  pool.free(recs[5]);
+  // The record freed in a page still in use comes back before any of the free pages'.
+  REQUIRE(pool.alloc() == recs[5]);
+  size_t before = g_paged_pool_bytes.load();
+  uint64_t now = os::now_ms();
+  REQUIRE(pool.purge(now, 1000, false) == 0);  // not free for long enough yet
+  REQUIRE(resident(page2));
+  REQUIRE(pool.purge(now + 1000, 1000, false) == 2 * os::kOsPage);
+  REQUIRE(!resident(page2));
+  REQUIRE(!resident(page2 + os::kOsPage));
+  REQUIRE(g_paged_pool_bytes.load() == before - 2 * os::kOsPage);
+  // Carved again, the purged pages' records read as zero past their link word.
+  bool zero = true;
+  for (size_t i = 0; i < 2 * kPerPage; i++) {
+    Record* r = pool.alloc();
+    REQUIRE(r != nullptr);
+    for (size_t b = sizeof(void*); b < sizeof *r; b++) zero = zero && r->bytes[b] == 0;
+    recs[2 * kPerPage + i] = r;
+  }
+  REQUIRE(zero);
+  REQUIRE(g_paged_pool_bytes.load() == before);
+  for (Record* r : recs) pool.free(r);
+  REQUIRE(pool.purge(0, 0, true) == 4 * os::kOsPage);
+}
+
+TEST_CASE("a page heap's descriptors go back with its pages") {
+  // Many small spans need many descriptors; once they are all free and purged, the
+  // descriptor pages are returned too.
+  PageHeap ph;
+  bool z;
+  std::vector<Span*> spans;
+  for (int i = 0; i < 400; i++) spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
+  size_t during = g_paged_pool_bytes.load();
+  for (Span* s : spans) ph.free(s);
+  ph.purge(true);
+  REQUIRE(g_paged_pool_bytes.load() + 20 * os::kOsPage <= during);
+}
