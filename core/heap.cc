@@ -236,78 +236,79 @@ size_t alloc_bulk(size_t size, size_t n, void** out) {
 
 namespace {
 
-// The state of free_bulk: the current run of objects of one class, and the slab of
-// the previous pointer with its fields in locals (the loop's hot data).
-struct BulkFree {
-  void* run[kMaxBatch];
-  size_t len = 0;
-  unsigned run_cls = 0;
-  bool poison = false;  // the run's class is a cache that poisons freed objects
-  const ObjCache* cache = nullptr;
+// The slab of the previous pointer of a bulk free, its fields copied into a local
+// (registers, in the loops below): neighbours in one slab need no page-map lookup.
+struct SlabRange {
   const char* start = nullptr;
   uint64_t bytes = 0, inv = 0, limit = 0, mask = 0;
 
-  void flush() {
-    // A short run (mixed sizes) is cheaper through the single-object push than
-    // through a batch section.
-    if (len > 2)
-      free_bulk_class(run_cls, run, len);
-    else
-      for (size_t i = 0; i < len; i++) free_object(run[i], run_cls);
-    len = 0;
+  explicit SlabRange(const Span* s = nullptr) {
+    if (!s) return;
+    start = s->start;
+    bytes = s->bytes();
+    inv = s->div_inv;
+    limit = s->div_limit;
+    mask = s->div_mask;
   }
-  void add(void* p) {
-    if (poison) obj_cache_on_free(cache, p);
-    if (len == kMaxBatch) flush();
-    run[len++] = p;
-  }
-  // p is not an object of the current slab: look it up.
-  __attribute__((noinline)) void other(void* p) {
-    uintptr_t e = PageMap::entry(p);
-    unsigned cls = e & PageMap::kClassMask;
-    Span* slab = slab_of(p, e);
-    const ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
-    if (!slab || (cls >= kFirstCacheClass && !c)) {
-      free(p);  // large, huge, or invalid (reported there)
-      return;
-    }
-    start = slab->start;
-    bytes = slab->bytes();
-    inv = slab->div_inv;
-    limit = slab->div_limit;
-    mask = slab->div_mask;
-    if (cls != run_cls) {
-      flush();
-      run_cls = cls;
-      cache = c;
-      poison = c && (c->flags & kCachePoison);
-    }
-    add(p);
+  bool holds(const void* p) const {
+    uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - start);
+    return off < bytes && exact_start(off, inv, limit, mask);
   }
 };
+
+// Frees ptrs[0..n), a run of validated objects of class cls: a short one (mixed
+// sizes) through the single-object push, which costs less than a batch section.
+void free_run(unsigned cls, void* const* ptrs, size_t n) {
+  if (n > 2)
+    free_bulk_class(cls, ptrs, n);
+  else
+    for (size_t i = 0; i < n; i++) free_object(ptrs[i], cls);
+}
+
+// The slab of p with its class and cache (nullptr for a size class), or nullptr
+// when p is not an object of a live slab or of a live cache.
+__attribute__((noinline)) Span* bulk_lookup(void* p, unsigned* cls, const ObjCache** cache) {
+  uintptr_t e = PageMap::entry(p);
+  *cls = e & PageMap::kClassMask;
+  Span* slab = slab_of(p, e);
+  *cache = *cls >= kFirstCacheClass ? obj_cache_of(*cls) : nullptr;
+  return slab && (*cls < kFirstCacheClass || *cache) ? slab : nullptr;
+}
 
 }  // namespace
 
 void free_bulk(size_t n, void* const* ptrs) {
-  // Runs of objects of one class go as one batch each; a pointer in the same slab as
-  // the previous one needs no page-map lookup. A pointer whose successor is on
-  // another page starts no run (mixed sizes, as in a deferred-free block): it takes
-  // the single-object path, which costs less than setting up a batch for it.
-  BulkFree b;
+  // Consecutive objects of one class are freed in place as one run (one batch); the
+  // slab of the previous pointer is checked first. After a run is freed its slab may
+  // have gone back to the page heap, so the next pointer is looked up again.
+  SlabRange slab;
+  unsigned run_cls = 0;
+  const ObjCache* cache = nullptr;
+  bool poison = false;
+  size_t run = 0;  // the run is ptrs[run, i)
   for (size_t i = 0; i < n; i++) {
     void* p = ptrs[i];
-    if (!p) continue;
-    uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - b.start);
-    if (__builtin_expect(off < b.bytes && exact_start(off, b.inv, b.limit, b.mask), 1)) {
-      b.add(p);
-    } else if (i + 1 < n && ((reinterpret_cast<uintptr_t>(p) ^ reinterpret_cast<uintptr_t>(ptrs[i + 1])) >>
-                             kPageShift) == 0) {
-      b.other(p);
-    } else {
-      free(p);
+    if (__builtin_expect(!slab.holds(p), 0)) {
+      unsigned cls;
+      const ObjCache* c;
+      Span* s = p ? bulk_lookup(p, &cls, &c) : nullptr;
+      if (!s || cls != run_cls) {
+        free_run(run_cls, ptrs + run, i - run);
+        run = s ? i : i + 1;
+        if (!s) {
+          slab = SlabRange();
+          if (p) free(p);  // large, huge, or invalid (reported there)
+          continue;
+        }
+        run_cls = cls;
+        cache = c;
+        poison = c && (c->flags & kCachePoison);
+      }
+      slab = SlabRange(s);
     }
+    if (poison) obj_cache_on_free(cache, p);
   }
-  b.flush();
+  free_run(run_cls, ptrs + run, n - run);
 }
 
 ObjCache* cache_create(const char* name, size_t size, size_t align, unsigned flags,
@@ -324,18 +325,14 @@ void cache_destroy(ObjCache* c) {
 }
 
 namespace {
-// p is an object of cache c (reported otherwise). *slab caches the last slab seen,
-// so neighbours in a bulk free skip the page-map lookup.
-bool belongs(const ObjCache* c, const void* p, Span** slab) {
-  Span* s = *slab;
-  if (s && static_cast<uint64_t>(static_cast<const char*>(p) - s->start) < s->bytes()) {
-    if (s->is_object(p)) return true;
-  } else {
-    uintptr_t e = PageMap::entry(p);
-    if ((e & PageMap::kClassMask) == c->cls && (s = slab_of(p, e))) {
-      *slab = s;
-      return true;
-    }
+// p is an object of cache c (reported otherwise). *slab holds the last slab seen, so
+// neighbours in a bulk free skip the page-map lookup.
+bool belongs(const ObjCache* c, const void* p, SlabRange* slab) {
+  if (slab->holds(p)) return true;
+  uintptr_t e = PageMap::entry(p);
+  if (Span* s = (e & PageMap::kClassMask) == c->cls ? slab_of(p, e) : nullptr) {
+    *slab = SlabRange(s);
+    return true;
   }
   report_bad_free(p, "uslab_cache_free of an object not from this cache", c->cls);
   return false;
@@ -343,7 +340,7 @@ bool belongs(const ObjCache* c, const void* p, Span** slab) {
 }  // namespace
 
 void cache_free(ObjCache* c, void* p) {
-  Span* slab = nullptr;
+  SlabRange slab;
   if (!p || !belongs(c, p, &slab)) return;
   obj_cache_on_free(c, p);
   free_object(p, c->cls);
@@ -357,20 +354,21 @@ size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out) {
 }
 
 void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
-  void* run[kMaxBatch];
-  size_t len = 0;
-  Span* slab = nullptr;
+  // Runs of valid objects are freed in place; NULLs and foreign pointers (reported)
+  // end a run. As in free_bulk, a freed run's slab is not trusted afterwards.
+  SlabRange slab;
+  size_t run = 0;
   for (size_t i = 0; i < n; i++) {
     void* p = ptrs[i];
-    if (!p || !belongs(c, p, &slab)) continue;
-    obj_cache_on_free(c, p);
-    run[len++] = p;
-    if (len == kMaxBatch) {
-      free_bulk_class(c->cls, run, len);
-      len = 0;
+    if (p && belongs(c, p, &slab)) {
+      obj_cache_on_free(c, p);
+      continue;
     }
+    free_run(c->cls, ptrs + run, i - run);
+    run = i + 1;
+    slab = SlabRange();
   }
-  if (len) free_bulk_class(c->cls, run, len);
+  free_run(c->cls, ptrs + run, n - run);
 }
 
 void flush_thread_cache() { thread_cache_flush_mine(); }
