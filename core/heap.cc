@@ -256,9 +256,10 @@ struct SlabRange {
   }
 };
 
-// Frees ptrs[0..n), a run of validated objects of class cls: a short one (mixed
-// sizes) through the single-object push, which costs less than a batch section.
-void free_run(unsigned cls, void* const* ptrs, size_t n) {
+// Frees ptrs[0..n), a run of validated objects of class cls (none: nothing to do): a
+// short one through the single-object push, which costs less than a batch section.
+inline void free_run(unsigned cls, void* const* ptrs, size_t n) {
+  if (n == 0) return;
   if (n > 2)
     free_bulk_class(cls, ptrs, n);
   else
@@ -279,8 +280,11 @@ __attribute__((noinline)) Span* bulk_lookup(void* p, unsigned* cls, const ObjCac
 
 void free_bulk(size_t n, void* const* ptrs) {
   // Consecutive objects of one class are freed in place as one run (one batch); the
-  // slab of the previous pointer is checked first. After a run is freed its slab may
-  // have gone back to the page heap, so the next pointer is looked up again.
+  // slab of the previous pointer is checked first. A pointer outside it whose
+  // successor is on another page starts no run (mixed sizes, as in a deferred-free
+  // block): it takes free(), cheaper than a lookup and a run of one. After a run is
+  // freed its slab may have gone back to the page heap, so the next pointer is
+  // looked up again.
   SlabRange slab;
   unsigned run_cls = 0;
   const ObjCache* cache = nullptr;
@@ -291,13 +295,15 @@ void free_bulk(size_t n, void* const* ptrs) {
     if (__builtin_expect(!slab.holds(p), 0)) {
       unsigned cls;
       const ObjCache* c;
-      Span* s = p ? bulk_lookup(p, &cls, &c) : nullptr;
+      bool alone = i + 1 == n || ((reinterpret_cast<uintptr_t>(p) ^
+                                   reinterpret_cast<uintptr_t>(ptrs[i + 1])) >> kPageShift) != 0;
+      Span* s = p && !alone ? bulk_lookup(p, &cls, &c) : nullptr;
       if (!s || cls != run_cls) {
         free_run(run_cls, ptrs + run, i - run);
         run = s ? i : i + 1;
         if (!s) {
           slab = SlabRange();
-          if (p) free(p);  // large, huge, or invalid (reported there)
+          if (p) free(p);  // alone, or large, huge, invalid (reported there)
           continue;
         }
         run_cls = cls;
