@@ -318,6 +318,35 @@ bool drain_cpu(uint32_t c, CpuMeta& m, const HeaderSet& set) {
   return true;
 }
 
+// Trims CPU c's sheaves of the classes in `set` (its lock held) to one batch: the
+// objects below the top batch (the bottom of the stack, unused the longest) go back
+// to the slabs, where they would otherwise pin slabs that could be freed; the
+// capacity stays. Done on a detached sheaf, whose header is then stored back (no
+// section can commit on a header of 0, see percpu.h).
+void trim_cpu(uint32_t c, const HeaderSet& set) {
+  uint32_t end[kMaxClasses], cur[kSheafHeaders];
+  uint32_t* h = headers(c);
+  for (unsigned cls = 1; cls < kMaxClasses; cls++)
+    if (set.has(cls)) end[cls] = __atomic_load_n(&h[cls], __ATOMIC_RELAXED) >> 16;
+  if (!detach(c, set, cur)) return;
+  void** slots = slots_of(c);
+  for (unsigned cls = 1; cls < kMaxClasses; cls++) {
+    if (!set.has(cls)) continue;
+    uint32_t b = begin_of(cls), n = cur[cls] > b ? cur[cls] - b : 0, keep = batch_size(cls);
+    if (n > keep) {
+      uint32_t out = n - keep;  // slots (b, b + out] go; the top `keep` move down
+      for (uint32_t i = 0; i < out; i += kMaxBatch) {
+        uint32_t k = out - i < kMaxBatch ? out - i : static_cast<uint32_t>(kMaxBatch);
+        sheaf_acquire(slots + b + 1 + i, k);
+        central_free(cls, slots + b + 1 + i, k);
+      }
+      memmove(slots + b + 1, slots + b + 1 + out, keep * sizeof(void*));
+      n = keep;
+    }
+    __atomic_store_n(&h[cls], end[cls] << 16 | (b + n), __ATOMIC_SEQ_CST);
+  }
+}
+
 void drain_classes(unsigned lo, unsigned hi) {
   if (g_percpu && rseq_fence_available())
     for (uint32_t c = 0; c < g_cpu_count; c++) {
@@ -331,26 +360,31 @@ void drain_classes(unsigned lo, unsigned hi) {
 // The tick's share of the CPU sheaves: on every CPU, the classes that neither
 // missed nor served an allocation since the last tick are drained and their
 // capacity goes back to the budget (idle capacity shrinks; a class in use regrows it
-// by a batch per miss).
+// by a batch per miss); the others keep at most a batch of objects (trim_cpu).
 void decay_idle_sheaves() {
   if (!g_percpu || !rseq_fence_available()) return;
   for (uint32_t c = 0; c < g_cpu_count; c++) {
     CpuMeta& m = meta_[c];
     LockGuard g(m.lock);
     if (!m.ready) continue;
-    HeaderSet idle;
-    bool any = false;
+    HeaderSet idle, full;
+    bool any_idle = false, any_full = false;
     for (unsigned cls = 1; cls < kMaxClasses; cls++) {
       uint16_t hits = hits_of(c, cls);
       bool used = hits != m.hits_seen[cls] || (m.active[cls / 64] >> (cls % 64) & 1);
       m.hits_seen[cls] = hits;
-      if (capacity_of(c, cls) && !used) {
+      if (!capacity_of(c, cls)) continue;
+      if (!used) {
         idle.add(cls);
-        any = true;
+        any_idle = true;
+      } else if (cached_of(c, cls) > batch_size(cls)) {
+        full.add(cls);
+        any_full = true;
       }
     }
     memset(m.active, 0, sizeof m.active);
-    if (any) drain_cpu(c, m, idle);
+    if (any_idle) drain_cpu(c, m, idle);
+    if (any_full) trim_cpu(c, full);
   }
 }
 

@@ -7,9 +7,11 @@
  * uslab_stats_get's deferred fields, and leave both after the barrier. N objects
  * allocated by a thread on one CPU and freed by a thread on a CPU of another shard
  * show in the class's remote column (when the topology line reports two shards).
- * N mallocs of a class add N to its hits and refills columns.
+ * N mallocs of a class add N to its hits and refills columns. With `trim`, the CPU
+ * sheaf of a class in use holds at most a batch after a decay tick.
  *
- * usage: stats */
+ * usage: stats
+ *        stats trim DECAY_MS   (per-CPU mode, USLAB_CONF=decay_ms=DECAY_MS) */
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -42,7 +44,7 @@ static long active_of(unsigned size) {
 
 /* Column `col` (from 3, after class and size; 10 = hits, 11 = refills, 16 = deferred,
  * 17 = remote) of the class whose object size is `size`. */
-enum { COL_HITS = 10, COL_REFILLS = 11, COL_DEFERRED = 16, COL_REMOTE = 17 };
+enum { COL_CPU = 6, COL_HITS = 10, COL_REFILLS = 11, COL_DEFERRED = 16, COL_REMOTE = 17 };
 static long column_of(unsigned size, int col) {
   text[0] = 0;
   uslab_stats_print(collect, NULL);
@@ -154,8 +156,43 @@ static void check_deferred(void) {
   CHECK(active_of(CLASS_SIZE) == base);
 }
 
-int main(void) {
+/* `trim` (run with a short decay_ms): a class that keeps serving allocations holds at
+ * most a batch of objects in its CPU sheaf a few decay ticks later, however many it
+ * held: the rest goes back to the slabs. N objects freed fill the sheaf of the CPU
+ * the thread is pinned to; then pairs of the class keep it in use. (Without ticks,
+ * decay_ms=100000, the sheaf keeps all it held and the check fails.) */
+static int check_trim(long decay_ms) {
+  enum { N = 3000, S = 96, BATCH_MAX = 64 };
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; c++)
+      if (CPU_ISSET(c, &set)) {
+        pin(c);
+        break;
+      }
+  static void *objs[N];
+  for (int i = 0; i < N; i++) objs[i] = malloc(S);
+  for (int i = 0; i < N; i++) free(objs[i]);
+  long full = column_of(S, COL_CPU);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    void *p = malloc(S);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+  } while ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 3 * decay_ms);
+  long after = column_of(S, COL_CPU);
+  printf("stats: %d-byte objects in CPU sheaves: %ld after %d frees, %ld after %ld ms of pairs\n",
+         S, full, N, after, 3 * decay_ms);
+  CHECK(full > BATCH_MAX);  /* the sheaf really held more than a batch */
+  CHECK(after >= 1 && after <= BATCH_MAX);
+  return check_done("stats trim");
+}
+
+int main(int argc, char **argv) {
   require_uslab();
+  if (argc > 2 && !strcmp(argv[1], "trim")) return check_trim(atol(argv[2]));
   enum { N = 777, S = 200, CLASS_SIZE = 224 };
   uslab_stats_t before, after;
   CHECK(uslab_stats_get(&before, sizeof before) == 0);
