@@ -25,6 +25,16 @@ bool PageMap::reserve(const void* base, size_t bytes) {
   return true;
 }
 
+void PageMap::release_segment(const void* base) {
+  static_assert((kSegmentSize >> kPageShift) * sizeof(uintptr_t) == os::kOsPage,
+                "a segment's entries fill one page of its leaf");
+  uintptr_t a = reinterpret_cast<uintptr_t>(base);
+  Leaf* leaf = root_[a >> (kPageShift + kLeafBits)].load(std::memory_order_relaxed);
+  // Before the unmap: once the range is unmapped, a new segment there may be setting
+  // entries in this page.
+  os::purge(&leaf->e[(a >> kPageShift) & ((uintptr_t{1} << kLeafBits) - 1)], os::kOsPage);
+}
+
 Segment* segment_create_normal() {
   void* mem = os::map_aligned(kSegmentSize, kSegmentSize);
   if (!mem) return nullptr;
@@ -69,7 +79,10 @@ Segment* segment_create_huge(size_t bytes, size_t align, Span* span) {
 
 void segment_destroy(Segment* seg) {
   size_t bytes = seg->mapped_bytes;
-  if (seg->kind == SegmentKind::kHuge) PageMap::clear(seg->huge_span->start);
+  if (seg->kind == SegmentKind::kHuge)
+    PageMap::clear(seg->huge_span->start);
+  else
+    PageMap::release_segment(seg);
   g_segment_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   os::unmap(seg, bytes);
 }

@@ -119,6 +119,10 @@ class PageMap {
 
   // Create the leaves covering [base, base + bytes); false when memory cannot be had.
   static bool reserve(const void* base, size_t bytes);
+  // Zeroes the entries of the normal segment at `base`, about to be unmapped, by
+  // returning their page of the leaf to the OS: a segment's entries fill exactly one
+  // 4 KiB page, which after a peak would otherwise stay resident for nothing.
+  static void release_segment(const void* base);
 
   static Mutex& lock() { return lock_; }
 
@@ -135,7 +139,8 @@ Segment* segment_create_normal();
 // Create a huge segment holding one large object of `bytes` aligned to `align`.
 // The returned segment's huge_span describes the object.
 Segment* segment_create_huge(size_t bytes, size_t align, Span* span);
-// Unmap (normal or huge); the caller has cleared its page-map entries.
+// Unmap (normal or huge), with its page-map entries: a normal segment's all go (its
+// free span's bounds included), a huge one's is its object's.
 void segment_destroy(Segment* seg);
 
 // Total bytes currently mapped for segments.

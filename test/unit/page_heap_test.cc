@@ -143,3 +143,19 @@ TEST_CASE("a span freed next to an old dirty span keeps the old span's age") {
   ph.free(keep);
   ph.purge(true);
 }
+
+TEST_CASE("a wholly free segment goes with its page-map entries") {
+  // Its free span's bounds pointed at a freed descriptor after the unmap; now the
+  // segment's page of the leaf is returned, so every entry reads 0.
+  PageHeap ph;
+  bool z;
+  Span* s = ph.alloc(3, 1, SpanKind::kLarge, &z);
+  char* first = s->start;
+  REQUIRE(PageMap::entry(first) != 0);
+  ph.free(s);
+  REQUIRE(PageMap::entry(first) != 0);  // the free span's first page
+  REQUIRE(ph.purge(true) > 0);
+  REQUIRE(ph.stats().segments == 0);
+  REQUIRE(PageMap::entry(first) == 0);
+  REQUIRE(PageMap::entry(first + (PageHeap::kMaxPages - 1) * kPageSize) == 0);
+}
