@@ -6,9 +6,9 @@
 // address. Each page keeps its own free list. Allocation takes from pages in use first, then
 // from wholly free ones, then from purged or fresh ones, so the pages emptied after a
 // peak stay empty; purge() returns those that stayed wholly free for the decay time
-// (MADV_DONTNEED), and a purged page is carved again when it is needed. A MetaPool's
-// single free list cannot do that: after a peak of 240 MiB of slabs, 3.3 MiB of
-// descriptors stayed resident. Chunks are never unmapped (their bookkeeping is 1.6%).
+// (MADV_DONTNEED), and a purged page is carved again when it is needed; a chunk
+// whose pages are all purged is unmapped. A MetaPool's single free list cannot do
+// that: after a peak of 240 MiB of slabs, 3.3 MiB of descriptors stayed resident.
 //
 // Locking: one Mutex per pool guards its pages and lists. Records read as zero when
 // first carved and after a purge; recycled ones keep their old contents.
@@ -79,6 +79,7 @@ class PagedPool {
       pg->nfree = 0;
       clean_.push_front(pg);
       bytes += kPage;
+      if (--carved_pages(pg) == 0) bytes += unmap_chunk(pg);
     }
     g_paged_pool_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     return bytes;
@@ -113,6 +114,11 @@ class PagedPool {
     uintptr_t a = reinterpret_cast<uintptr_t>(p), chunk = a & ~(kChunk - 1);
     return reinterpret_cast<Page*>(chunk) + (a - chunk) / kPage;
   }
+  // The chunk's count of carved (not clean) pages, kept in the bookkeeping entry of
+  // its first page, which holds no records.
+  static uint32_t& carved_pages(Page* pg) {
+    return reinterpret_cast<Page*>(reinterpret_cast<uintptr_t>(pg) & ~(kChunk - 1))->nfree;
+  }
   static char* address_of(Page* pg) {
     uintptr_t chunk = reinterpret_cast<uintptr_t>(pg) & ~(kChunk - 1);
     return reinterpret_cast<char*>(chunk) + (pg - reinterpret_cast<Page*>(chunk)) * kPage;
@@ -128,6 +134,16 @@ class PagedPool {
     return true;
   }
 
+  // Unmaps the chunk of pg, all of whose pages are clean; returns its bookkeeping bytes.
+  // (Address space counts against RLIMIT_AS: a pool that kept its chunks after a
+  // peak left a program fewer large blocks once it had freed everything.)
+  size_t unmap_chunk(Page* pg) {
+    Page* pages = reinterpret_cast<Page*>(reinterpret_cast<uintptr_t>(pg) & ~(kChunk - 1));
+    for (size_t i = kHeaderPages; i < kPages; i++) clean_.remove(&pages[i]);
+    os::unmap(pages, kChunk);
+    return kHeaderPages * kPage;
+  }
+
   // Links every record of a clean page into its free list.
   void carve(Page* pg) {
     char* base = address_of(pg);
@@ -138,6 +154,7 @@ class PagedPool {
       pg->free = l;
     }
     pg->nfree = kPerPage;
+    carved_pages(pg)++;
     g_paged_pool_bytes.fetch_add(kPage, std::memory_order_relaxed);
   }
 

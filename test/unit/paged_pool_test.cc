@@ -1,8 +1,10 @@
 // PagedPool: records are reused from pages in use first, pages left wholly free go
-// back to the OS after the decay time (and read as zero when carved again), and the
-// metadata figure follows.
+// back to the OS after the decay time (and read as zero when carved again), a chunk
+// left wholly clean is unmapped, and the metadata figure follows.
 #include <catch2/catch.hpp>
 #include <sys/mman.h>
+
+#include <cerrno>
 
 #include <cstring>
 #include <vector>
@@ -28,6 +30,7 @@ bool resident(const void* p) {
 }  // namespace
 
 TEST_CASE("a paged pool reuses pages in use first and purges pages left free") {
+  size_t at_start = g_paged_pool_bytes.load();
   PagedPool<Record> pool;
   std::vector<Record*> recs;
   for (size_t i = 0; i < 4 * kPerPage; i++) {
@@ -62,7 +65,16 @@ TEST_CASE("a paged pool reuses pages in use first and purges pages left free") {
   REQUIRE(zero);
   REQUIRE(g_paged_pool_bytes.load() == before);
   for (Record* r : recs) pool.free(r);
-  REQUIRE(pool.purge(0, 0, true) == 4 * os::kOsPage);
+  // All four pages purged: the chunk is wholly clean and goes, bookkeeping and all.
+  REQUIRE(pool.purge(0, 0, true) > 4 * os::kOsPage);
+  REQUIRE(g_paged_pool_bytes.load() == at_start);
+  unsigned char v;
+  REQUIRE(mincore(page2, os::kOsPage, &v) == -1);  // unmapped (ENOMEM)
+  REQUIRE(errno == ENOMEM);
+  // And a new chunk serves the next record.
+  Record* again = pool.alloc();
+  REQUIRE(again != nullptr);
+  pool.free(again);
 }
 
 TEST_CASE("a page heap's descriptors go back with its pages") {
