@@ -203,8 +203,14 @@ void* percpu_alloc_tick(unsigned cls) {
   // counts again. Any CPU's bank will do (the statistics sum them): the thread may
   // have moved since.
   uint32_t c = rseq_cpu_id();
-  if (c < g_cpu_count)
-    meta_[c].class_hits[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
+  if (c < g_cpu_count) {
+    CpuMeta& m = meta_[c];
+    m.class_hits[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
+    // A tick this carry runs sees the counter where the previous carry left it (0):
+    // without the mark, the class that triggers the ticks would look idle to them.
+    LockGuard g(m.lock);
+    m.active[cls / 64] |= uint64_t{1} << (cls % 64);
+  }
   decay_maybe_tick();
   return percpu_alloc(cls);
 }

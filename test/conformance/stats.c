@@ -160,7 +160,8 @@ static void check_deferred(void) {
  * most a batch of objects in its CPU sheaf a few decay ticks later, however many it
  * held: the rest goes back to the slabs. N objects freed fill the sheaf of the CPU
  * the thread is pinned to; then pairs of the class keep it in use. (Without ticks,
- * decay_ms=100000, the sheaf keeps all it held and the check fails.) */
+ * decay_ms=100000, or without the trim, the sheaf keeps all it held and the check
+ * fails.) */
 static int check_trim(long decay_ms) {
   enum { N = 3000, S = 96, BATCH_MAX = 64 };
   cpu_set_t set;
