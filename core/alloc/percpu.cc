@@ -43,10 +43,11 @@ constinit std::atomic<bool> decided_{false};
 CpuMeta* meta_ = nullptr;
 size_t budget_ = 0;
 
+char* region_of(uint32_t cpu) { return g_cpu_region + (size_t{cpu} << kCpuRegionShift); }
 uint32_t* headers(uint32_t cpu) {
-  return reinterpret_cast<uint32_t*>(g_cpu_region + (size_t{cpu} << kCpuRegionShift) +
-                                     kHeaderOffset);
+  return reinterpret_cast<uint32_t*>(region_of(cpu) + kHeaderOffset);
 }
+void** slots_of(uint32_t cpu) { return reinterpret_cast<void**>(region_of(cpu)); }
 
 uint32_t begin_of(unsigned cls) { return kSheafLayout.begin[cls]; }
 // Capacity and cached count of a class on a CPU (a racy read, except that the
@@ -61,8 +62,7 @@ uint32_t cached_of(uint32_t cpu, unsigned cls) {
 }
 // The hit counter of a class on a CPU (kHitsOffset; written by its fast path).
 uint16_t hits_of(uint32_t cpu, unsigned cls) {
-  auto* h = reinterpret_cast<uint16_t*>(g_cpu_region + (size_t{cpu} << kCpuRegionShift) +
-                                        kHitsOffset);
+  auto* h = reinterpret_cast<uint16_t*>(region_of(cpu) + kHitsOffset);
   return __atomic_load_n(&h[cls], __ATOMIC_RELAXED);
 }
 
@@ -296,10 +296,6 @@ bool detach(uint32_t c, const HeaderSet& set, uint32_t* cur) {
       }
     if (!again) return true;
   }
-}
-
-void** slots_of(uint32_t c) {
-  return reinterpret_cast<void**>(g_cpu_region + (size_t{c} << kCpuRegionShift));
 }
 
 // Empties CPU c's sheaves of the classes in `set` into the slabs, their capacity

@@ -2,16 +2,19 @@
 //
 // Owns: one region per possible CPU (256 KiB of address space each, reserved at
 // start and touched lazily). Slot 0 of a region is never written (reads 0); then
-// come, per size class, a 32-bit header {current, end} (slot indexes in the region)
-// and the class's slots. `begin`, a per-class constant, indexes a guard slot that is
-// never written either; the cached objects are the slots (begin, current], so the
-// top object is slots[current], and `end` bounds current (capacity end - begin).
+// come, per size class, a 32-bit header {current, end} (slot indexes in the region),
+// then a 16-bit hit counter per class (kHitsOffset: allocations served, for the
+// statistics and the decay tick), then the classes' slots. `begin`, a per-class
+// constant, indexes a guard slot that is never written either; the cached objects
+// are the slots (begin, current], so the top object is slots[current], and `end`
+// bounds current (capacity end - begin).
 // An empty sheaf's top reads 0 (its guard), and so does a header never used or
 // drained (0, so current 0 reads slot 0): pop tests the top for 0 and needs no
 // bounds check of its own.
 //
 // Lock-free fast path: malloc pops and free pushes inside an rseq critical section
-// that ends in one committing 16-bit store of `current`. The kernel restarts the
+// that ends in one committing 16-bit store of `current` (a pop bumps its class's hit
+// counter just before; a restarted pop may count twice). The kernel restarts the
 // section if the thread is preempted, migrated or signalled before the commit (the
 // userspace form of SLUB's tid check), so there is no atomic instruction and no
 // lock, and an interrupted section has no effect (which also makes fork safe).
@@ -28,7 +31,9 @@
 // which aborts every section in flight there; a section that committed between the
 // swap and the fence shows as a non-zero header, and the swap is redone. Once all
 // headers stay 0 across a fence, no section on that CPU can commit until they are
-// restored. Order of locks: CPU lock → depot → central.
+// restored: the decay tick's trim (percpu.cc) rewrites a detached sheaf from any CPU
+// and stores its header back, capacity unchanged. Order of locks: CPU lock → depot →
+// central.
 #pragma once
 
 #include <cstddef>

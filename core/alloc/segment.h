@@ -6,8 +6,9 @@
 //    than a segment's pages) gets a segment of its own, of any size, whose header
 //    page precedes it.
 //  - Span: a run of pages — free (page heap), a slab of one size class (central
-//    list), or one large object. Descriptors live in the metadata arena (64-byte
-//    aligned), never in the heap they describe.
+//    list), or one large object. Descriptors live in each page heap's paged pool
+//    (paged_pool.h; huge segments': the metadata arena), never in the heap they
+//    describe.
 //  - PageMap: a two-level radix table, 8 KiB page → entry, over the 47-bit user
 //    address space. An entry is the Span* of the page with the slab's size class in
 //    its low 7 bits, so free() learns the class after two loads (as jemalloc's rtree
@@ -20,6 +21,9 @@
 // a slab before the slab is published (every page of the slab, with its class);
 // fast-path readers only read entries of spans whose objects they hold. Leaves are
 // created under map_lock when a segment is created, so later writes cannot fail.
+// A normal segment's entries fill one 4 KiB page of its leaf, which its destroyer
+// (under the page heap lock) returns to the OS before the unmap: nobody else writes
+// there until the address range is mapped again.
 #pragma once
 
 #include <atomic>

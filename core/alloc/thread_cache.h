@@ -5,7 +5,8 @@
 // CPU's sheaves (see percpu.h): each bin is an array
 // stack of object pointers; malloc pops, free pushes, with no lock and no atomic.
 // An empty bin refills half its capacity from its shard's central list in one batch; a full
-// bin flushes half back in one batch.
+// bin flushes half back in one batch. Each bin counts its hits (kHitStep below); the
+// carries and the counts of caches released go to a relaxed atomic bank per class.
 //
 // Owns: the ThreadCache records (from a MetaPool), the registry of live caches, the
 // pthread key whose destructor flushes a cache when its thread exits, and the two
