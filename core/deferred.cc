@@ -75,7 +75,7 @@ void decide() {
   if (decided_.load(std::memory_order_acquire)) return;
   LockGuard g(slots_init_lock_);
   if (decided_.load(std::memory_order_relaxed)) return;
-  uint32_t n = possible_cpus();
+  uint32_t n = topology_in_use().cpus_possible;
   if (n > kMaxCpus) n = kMaxCpus;
   slots_ = static_cast<DeferSlot*>(g_meta_arena.alloc(n * sizeof(DeferSlot), alignof(DeferSlot)));
   if (!slots_) os::fatal("uslab: out of memory setting up deferred frees\n");

@@ -62,6 +62,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
       g_span_pool.free(desc);
       return os::fail_nomem();
     }
+    bind_to_shard_node(desc->start, desc->bytes(), current_shard());
   }
   g_huge_count.fetch_add(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
@@ -213,7 +214,33 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
   return n;
 }
 
+namespace {
+
+// free_bulk_class with several NUMA nodes: objects of other nodes than the current
+// CPU's go straight to their nodes (a batch needs no remote-node buffer), the
+// others the usual way.
+void free_bulk_class_nodes(unsigned cls, void* const* ptrs, size_t n) {
+  const unsigned here = node_of_cpu(rseq_cpu_id());
+  void* local[kMaxBatch];
+  void* remote[kMaxBatch];
+  for (size_t i = 0; i < n;) {
+    size_t nl = 0, nr = 0;
+    for (; i < n && nl < kMaxBatch && nr < kMaxBatch; i++) {
+      if (node_of_shard(PageMap::get(ptrs[i])->shard) == here)
+        local[nl++] = ptrs[i];
+      else
+        remote[nr++] = ptrs[i];
+    }
+    if (nr) percpu_remote_flush(remote, nr);
+    size_t left = nl - percpu_put(cls, local, nl);
+    if (left) depot_give(cls, local, left);
+  }
+}
+
+}  // namespace
+
 void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
+  if (n && !g_percpu_one_node && g_percpu) return free_bulk_class_nodes(cls, ptrs, n);
   // The CPU sheaf takes the last objects that fit; the rest goes to the depot as
   // full sheaves, or to the slabs once the depot is at its bound.
   size_t left = n && g_percpu ? n - percpu_put(cls, ptrs, n) : n;
@@ -438,6 +465,11 @@ Stats stats() {
   st.allocated = st.small_allocated + st.large_allocated + st.huge_allocated;
   st.active = st.small_slab_bytes + st.large_allocated + st.huge_allocated;
   st.resident = st.mapped - (st.free_bytes - st.dirty_bytes) + st.metadata;
+  st.nodes = node_count();
+  RemoteNodeStats rs;
+  percpu_remote_stats(&rs);
+  for (unsigned n = 0; n < kTopoMaxNodes; n++) st.remote_node_frees += rs.received[n];
+  st.remote_node_pending = rs.pending;
   return st;
 }
 
@@ -468,8 +500,23 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     out("uslab stats (mode: per-thread caches (%s); %zu thread caches)\n",
         g_config.percpu ? "rseq unavailable" : "forced by percpu=false", cached.ncaches);
   }
-  out("topology: %u possible CPUs, %u shards of %u CPUs, L2 %zu KiB (probed from sysfs)\n",
-      possible_cpus(), shard_count(), shard_cpus(), l2_cache_bytes() >> 10);
+  const Topology& topo = topology_in_use();
+  out("topology: %u possible CPUs, %u NUMA node%s%s, %u shards of %u CPUs, L2 %zu KiB (%s)\n",
+      topo.cpus_possible, topo.nodes, topo.nodes == 1 ? "" : "s",
+      topo.synthetic ? " (synthetic)" : "", shard_count(), shard_cpus(),
+      static_cast<size_t>(topo.l2.bytes >> 10), topo.source);
+  if (topo.nodes > 1) {
+    RemoteNodeStats rs;
+    percpu_remote_stats(&rs);
+    for (unsigned n = 0; n < topo.nodes; n++) {
+      unsigned shards = 0;
+      for (unsigned sh = 0; sh < shard_count(); sh++) shards += node_of_shard(sh) == n;
+      out("node %u: %u CPUs, %u shards, %zu remote-node frees received\n", n,
+          topo.cpus_of_node(n), shards, static_cast<size_t>(rs.received[n]));
+    }
+    out("remote-node buffers: %zu objects pending, %zu flushes\n", rs.pending,
+        static_cast<size_t>(rs.flushes));
+  }
   size_t deferred[kMaxClasses];
   DeferredStats d = deferred_stats(deferred);
   out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %11s %9s %9s %9s %9s %9s %9s %9s\n", "class",
@@ -519,6 +566,66 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       d.membarrier ? "membarrier" : "reader fences");
 }
 
+void topology_print(void (*write)(void*, const char*), void* opaque) {
+  // Two records of 4 KiB each: static, behind a lock, rather than on the caller's stack.
+  static constinit Mutex lock;
+  static Topology probe, hw;
+  static char text[8192];
+  LockGuard g(lock);
+  auto out = [&](const char* fmt, auto... args) {
+    os::format(text, sizeof text, fmt, args...);
+    write(opaque, text);
+  };
+  auto describe = [&](const Topology& t) {
+    topology_format(t, text, sizeof text);
+    write(opaque, text);
+  };
+  topology_probe(&probe, true);
+  out("The probe (sysfs, sched_getaffinity, cpuid) sees:\n");
+  describe(probe);
+  char why[160];
+  if (topology_hwloc(&hw, why, sizeof why)) {
+    out("hwloc sees:\n");
+    describe(hw);
+    char diff[512];
+    if (topology_diff(probe, hw, diff, sizeof diff))
+      out("The providers differ: %s\n", diff);
+    else
+      out("The providers agree.\n");
+  } else {
+    out("hwloc: not available (%s)\n", why);
+  }
+  config_init();
+  percpu_decide();
+  const Topology& t = topology_in_use();
+  const char* how = g_config.topology == TopologySource::kHwloc   ? "topology=hwloc"
+                    : g_config.topology == TopologySource::kProbe ? "topology=probe"
+                                                                  : "topology=auto";
+  out("uslab uses (%s):\n", how);
+  describe(t);
+  out("  %u shards of %u CPUs:", shard_count(), shard_cpus());
+  for (unsigned n = 0; n < t.nodes; n++) {
+    unsigned first = kMaxShards, count = 0;
+    for (unsigned sh = 0; sh < shard_count(); sh++)
+      if (node_of_shard(sh) == n) {
+        if (first == kMaxShards) first = sh;
+        count++;
+      }
+    if (count) out(" node %u: %u (from %u)%s", n, count, first, n + 1 < t.nodes ? ";" : "");
+  }
+  out("\n  memory bound to nodes: %s\n",
+      t.nodes > 1 && !t.synthetic ? "yes (mbind, preferred)"
+      : t.synthetic               ? "no (synthetic nodes)"
+                                  : "no (one node)");
+  if (g_percpu) {
+    PerCpuStats pc = percpu_stats();
+    out("  mode: %s; sheaves for CPU ids below %u; %zu bytes of sheaf capacity per CPU\n",
+        rseq_mode_name(rseq_mode()), pc.cpus_possible, pc.budget);
+  } else {
+    out("  mode: per-thread caches\n");
+  }
+}
+
 namespace {
 // Where the report at exit goes: a duplicate of stderr taken at start when a report
 // was asked for, since programs may close stderr before exit (coreutils do).
@@ -535,6 +642,8 @@ void stats_print_stderr() {
 
 void init() {
   config_init();
+  // hwloc allocates: only from here, the constructor, never inside an allocation.
+  if (topology_adopt_hwloc()) percpu_nodes_changed();
   if (g_config.stats_at_exit && g_report_fd == 2) {
     int fd = os::dup_high(2);
     if (fd >= 0) g_report_fd = fd;

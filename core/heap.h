@@ -69,9 +69,11 @@ inline Span* slab_of(const void* p, uintptr_t e) {
   return s;
 }
 
-// Push a validated object of any class onto this CPU's sheaf or thread's cache.
+// Push a validated object of any class onto this CPU's sheaf (or its remote-node
+// buffer, with several NUMA nodes) or this thread's cache.
 inline void free_object(void* p, unsigned cls) {
-  if (__builtin_expect(g_percpu, 1)) return percpu_free(p, cls);
+  if (__builtin_expect(g_percpu_one_node, 1)) return percpu_free(p, cls);
+  if (g_percpu) return percpu_free_nodes(p, cls);
   return thread_cache_free(p, cls);
 }
 
@@ -134,6 +136,9 @@ struct Stats {
   size_t allocated;       // small + large + huge live bytes
   size_t active;          // slabs, large spans and huge objects holding them
   size_t resident;        // mapped minus purged free pages, plus metadata (estimate)
+  unsigned nodes;         // NUMA nodes of the topology in use
+  uint64_t remote_node_frees;   // objects flushed to their node from CPUs of other nodes
+  size_t remote_node_pending;   // objects waiting in the CPUs' remote-node buffers
   size_t cached() const { return cpu_cached + depot_cached + thread_cached; }
 };
 Stats stats();
@@ -145,6 +150,9 @@ unsigned cpus_in_use();
 // Writes the slabinfo-style table through `write` (no allocation).
 void stats_print(void (*write)(void* opaque, const char* text), void* opaque);
 void stats_print_stderr();
+// What the topology providers see and what uslab uses (uslab_topology_print, `uslab
+// topology`). Loads hwloc: not for use inside an allocation.
+void topology_print(void (*write)(void* opaque, const char* text), void* opaque);
 
 // Reads the configuration and, when a report at exit is asked for, keeps a duplicate
 // of stderr for it (called once from the library's constructor).

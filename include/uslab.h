@@ -40,6 +40,10 @@ typedef struct uslab_stats {
   size_t deferred_blocks;  /* sealed blocks waiting for their grace period */
   unsigned long long grace_periods; /* grace periods completed */
   unsigned long long deferred_batches; /* batches of deferred objects freed so far */
+  unsigned nodes;              /* NUMA nodes of the topology in use */
+  unsigned long long remote_node_frees; /* objects freed on a CPU of another node than
+                                           theirs, flushed back to their node so far */
+  size_t remote_node_pending;  /* such objects still in the CPUs' remote-node buffers */
 } uslab_stats_t;
 
 #define USLAB_MODE_PER_THREAD 0   /* per-thread caches */
@@ -49,6 +53,11 @@ typedef struct uslab_stats {
 /* Fills *out; size is sizeof(uslab_stats_t) as the caller was compiled (fields
  * added later are left out for older callers). 0, or -1 with errno = EINVAL. */
 int uslab_stats_get(uslab_stats_t *out, size_t size);
+
+/* Writes what the topology providers (the start-up probe and hwloc, when libhwloc.so.15
+ * can be loaded) see of the machine and what uslab uses: CPUs, NUMA nodes, caches,
+ * shards, per-CPU cache budget, mode. Loads hwloc (milliseconds); `uslab topology`. */
+void uslab_topology_print(void (*write_cb)(void *opaque, const char *text), void *opaque);
 
 /* Returns cached free memory to the OS now (as malloc_trim(0)); bytes released. */
 size_t uslab_trim(void);

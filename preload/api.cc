@@ -16,6 +16,10 @@ USLAB_EXPORT void uslab_stats_print(void (*write_cb)(void*, const char*), void* 
   uslab::heap::stats_print(write_cb, opaque);
 }
 
+USLAB_EXPORT void uslab_topology_print(void (*write_cb)(void*, const char*), void* opaque) {
+  uslab::heap::topology_print(write_cb, opaque);
+}
+
 USLAB_EXPORT size_t uslab_trim(void) { return uslab::heap::trim(); }
 
 USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
@@ -40,6 +44,9 @@ USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
   s.deferred_blocks = d.blocks;
   s.grace_periods = d.grace_periods;
   s.deferred_batches = d.batches_freed;
+  s.nodes = st.nodes;
+  s.remote_node_frees = st.remote_node_frees;
+  s.remote_node_pending = st.remote_node_pending;
   memcpy(out, &s, size);
   return 0;
 }

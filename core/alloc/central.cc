@@ -177,6 +177,8 @@ void central_free(unsigned cls, void* const* ptrs, size_t n, unsigned from) {
     // A live object's slab and its shard stay put while we hold the object.
     unsigned owner = PageMap::get(ptrs[0])->shard;
     size_t k = g_central[owner][cls].free_batch(cls, ptrs, n, from != kNoShard && owner != from);
+    if (from != kNoShard && node_of_shard(owner) != node_of_shard(from))
+      note_remote_node_frees(node_of_shard(owner), k);
     ptrs += k;
     n -= k;
   }

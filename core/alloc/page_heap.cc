@@ -78,6 +78,7 @@ Span* PageHeap::grow_heap() {
     return nullptr;
   }
   seg->heap = index();
+  if (index() != kPrivate) bind_to_shard_node(seg, kSegmentSize, index());
   segments_++;
   s->segment = seg;
   s->first_page = 1;
@@ -121,6 +122,7 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
   unsigned n = index() == kPrivate ? 0 : shard_count();
   for (unsigned i = 1; i < n; i++) {
     PageHeap& other = g_page_heap[(index() + i) % n];
+    if (node_of_shard((index() + i) % n) != node_of_shard(index())) continue;  // its memory is elsewhere
     if (__atomic_load_n(&other.free_pages_, __ATOMIC_RELAXED) < npages + kStealReserve ||
         !other.lock_.try_lock())
       continue;

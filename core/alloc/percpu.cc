@@ -4,6 +4,7 @@
 // relaxed statistics counters) and the `end` fields of that CPU's headers.
 #include "core/alloc/percpu.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -15,6 +16,7 @@ namespace uslab {
 constinit char* g_cpu_region = nullptr;
 constinit uint32_t g_cpu_count = 0;
 constinit bool g_percpu = false;
+constinit bool g_percpu_one_node = false;
 
 namespace {
 
@@ -40,6 +42,7 @@ constexpr uint32_t kNoCpu = ~uint32_t{0};
 
 constinit Mutex init_lock_;
 constinit std::atomic<bool> decided_{false};
+constinit std::atomic<uint64_t> remote_flushes_{0};  // percpu_remote_flush calls
 CpuMeta* meta_ = nullptr;
 size_t budget_ = 0;
 
@@ -165,7 +168,7 @@ void push_or_give(unsigned cls, void** buf, size_t n) {
 // (at least 1 MiB): with 16 CPUs of 2 MiB each, the sheaves of a larson-style
 // server held 1.8x jemalloc's peak RSS; 1 MiB each made it even at the same speed.
 size_t default_budget(uint32_t cpus) {
-  size_t b = l2_cache_bytes();
+  size_t b = topology_in_use().l2.bytes;
   if (b < (size_t{512} << 10)) b = size_t{512} << 10;
   if (b > (size_t{4} << 20)) b = size_t{4} << 20;
   size_t share = (size_t{16} << 20) / cpus;
@@ -181,15 +184,25 @@ bool percpu_decide() {
   if (decided_.load(std::memory_order_relaxed)) return g_percpu;
   config_init();
   if (rseq_init_process(g_config.percpu) != RseqMode::kNone) {
-    uint32_t n = possible_cpus();
+    uint32_t n = topology_in_use().cpus_possible;
+    if (g_config.percpu_cpus && n > g_config.percpu_cpus) n = static_cast<uint32_t>(g_config.percpu_cpus);
     if (n > kMaxCpus) n = kMaxCpus;
     char* region = static_cast<char*>(os::map(size_t{n} << kCpuRegionShift));
     meta_ = static_cast<CpuMeta*>(g_meta_arena.alloc(n * sizeof(CpuMeta)));
     if (region && meta_) {
+      // Each CPU's sheaves on its node's memory (with several real nodes), one mbind
+      // per run of CPUs of one node.
+      for (uint32_t c = 0, run = 0; c <= n; c++)
+        if (c == n || node_of_cpu(c) != node_of_cpu(run)) {
+          bind_to_shard_node(region + (size_t{run} << kCpuRegionShift),
+                             size_t{c - run} << kCpuRegionShift, shard_of_cpu(run));
+          run = c;
+        }
       budget_ = g_config.cpu_cache_bytes ? g_config.cpu_cache_bytes : default_budget(n);
       g_cpu_region = region;
       __atomic_store_n(&g_cpu_count, n, __ATOMIC_RELEASE);
       __atomic_store_n(&g_percpu, true, __ATOMIC_RELEASE);
+      percpu_nodes_changed();
     }
   }
   decided_.store(true, std::memory_order_release);
@@ -263,9 +276,93 @@ void percpu_free_slow(void* p, unsigned cls) {
   depot_give(cls, one, 1);
 }
 
+void percpu_nodes_changed() {
+  __atomic_store_n(&g_percpu_one_node, g_percpu && node_count() == 1, __ATOMIC_RELAXED);
+}
+
+void percpu_remote_flush(void** objs, size_t n) {
+  // Sorted by class, then shard, then address: runs of one class and one shard go
+  // to that shard's central list under one lock, neighbours in one slab together.
+  static_assert(kMaxClasses <= 128 && kMaxShards <= 64, "the key's bit fields below");
+  uint64_t keys[kRemoteCap];
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < kRemoteCap ? n - done : kRemoteCap;
+    for (size_t i = 0; i < k; i++) {
+      const Span* s = PageMap::get(objs[done + i]);
+      keys[i] = uint64_t{s->size_class} << 53 | uint64_t{s->shard} << 47 |
+                reinterpret_cast<uintptr_t>(objs[done + i]);
+    }
+    std::sort(keys, keys + k);
+    for (size_t i = 0; i < k; i++) objs[done + i] = reinterpret_cast<void*>(keys[i] & ((uint64_t{1} << 47) - 1));
+    for (size_t i = 0; i < k;) {
+      unsigned cls = static_cast<unsigned>(keys[i] >> 53);
+      size_t j = i + 1;
+      while (j < k && keys[j] >> 53 == cls) j++;
+      for (size_t r = i; r < j;) {  // the received count, per owning node
+        unsigned shard = keys[r] >> 47 & 63;
+        size_t e = r + 1;
+        while (e < j && (keys[e] >> 47 & 63) == shard) e++;
+        note_remote_node_frees(node_of_shard(shard), e - r);
+        r = e;
+      }
+      central_free(cls, objs + done + i, j - i);
+      i = j;
+    }
+    done += k;
+  }
+  remote_flushes_.fetch_add(1, std::memory_order_relaxed);
+}
+
 namespace {
 
-// A set of header indexes (size classes and kDeferSheaf).
+// A full remote-node buffer (or a closed one): its objects are flushed to their
+// nodes and p goes in; p itself is flushed when the thread has no usable CPU or
+// keeps moving.
+void remote_miss(void* p, unsigned) {
+  void* buf[kRemoteCap];
+  for (int tries = 0; tries < 2; tries++) {
+    uint32_t c = usable_cpu();
+    if (c == kNoCpu) break;
+    void* top;
+    if (percpu_peek(c, kRemoteSheaf, &top) < 0) continue;
+    if (top == p) return report_bad_free(p, "double free", PageMap::get(p)->size_class);
+    long n;
+    {
+      CpuMeta& m = meta_[c];
+      LockGuard g(m.lock);
+      if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
+      n = capacity_of(c, kRemoteSheaf) == 0
+              ? percpu_resize(c, kRemoteSheaf, begin_of(kRemoteSheaf) + kRemoteCap, nullptr)
+              : percpu_pop_batch(c, kRemoteSheaf, buf, kRemoteCap);
+    }
+    if (n < 0) continue;
+    if (n > 0) {
+      sheaf_acquire(buf, static_cast<size_t>(n));
+      percpu_remote_flush(buf, static_cast<size_t>(n));
+    }
+    void* one[1] = {p};
+    if (percpu_push_batch(c, kRemoteSheaf, one, 1) == 1) return;
+  }
+  percpu_remote_flush(&p, 1);
+}
+
+void remote_retry(void* p, unsigned) { percpu_free_nodes(p, PageMap::get(p)->size_class); }
+
+}  // namespace
+
+void percpu_free_nodes(void* p, unsigned cls) {
+  uint32_t c = rseq_cpu_id();
+  if (c >= g_cpu_count) c = usable_cpu();  // a thread's first free registers it
+  // The thread may move before the push: then the object only lands in the wrong
+  // buffer, which costs locality, never correctness (both flush to the owner).
+  if (c != kNoCpu && node_of_shard(PageMap::get(p)->shard) != node_of_cpu(c))
+    return percpu_push_one<remote_miss, remote_retry>(p, kRemoteSheaf);
+  percpu_free(p, cls);
+}
+
+namespace {
+
+// A set of header indexes (size classes, kDeferSheaf and kRemoteSheaf).
 struct HeaderSet {
   uint64_t w[(kSheafHeaders + 63) / 64] = {};
   void add(unsigned i) { w[i / 64] |= uint64_t{1} << (i % 64); }
@@ -349,12 +446,28 @@ void trim_cpu(uint32_t c, const HeaderSet& set) {
   }
 }
 
+// Flushes CPU c's remote-node buffer to the owning nodes (its lock held); the
+// buffer stays open. Done on the detached buffer, whose header is then stored back.
+void flush_remote_cpu(uint32_t c) {
+  if (cached_of(c, kRemoteSheaf) == 0) return;  // nothing to fence for
+  uint32_t* h = headers(c);
+  uint32_t end = __atomic_load_n(&h[kRemoteSheaf], __ATOMIC_RELAXED) >> 16, cur[kSheafHeaders];
+  if (!detach(c, HeaderSet::range(kRemoteSheaf, kRemoteSheaf + 1), cur)) return;
+  uint32_t b = begin_of(kRemoteSheaf), n = cur[kRemoteSheaf] > b ? cur[kRemoteSheaf] - b : 0;
+  void** objs = slots_of(c) + b + 1;
+  sheaf_acquire(objs, n);
+  percpu_remote_flush(objs, n);
+  __atomic_store_n(&h[kRemoteSheaf], end << 16 | b, __ATOMIC_SEQ_CST);
+}
+
 void drain_classes(unsigned lo, unsigned hi) {
   if (g_percpu && rseq_fence_available())
     for (uint32_t c = 0; c < g_cpu_count; c++) {
       CpuMeta& m = meta_[c];
       LockGuard g(m.lock);
-      if (m.ready) drain_cpu(c, m, HeaderSet::range(lo, hi));
+      if (!m.ready) continue;
+      drain_cpu(c, m, HeaderSet::range(lo, hi));
+      flush_remote_cpu(c);  // it may hold objects of these classes
     }
   depot_flush_classes(lo, hi);
 }
@@ -387,6 +500,7 @@ void decay_idle_sheaves() {
     memset(m.active, 0, sizeof m.active);
     if (any_idle) drain_cpu(c, m, idle);
     if (any_full) trim_cpu(c, full);
+    flush_remote_cpu(c);
   }
 }
 
@@ -486,6 +600,15 @@ void percpu_class_stats(PerCpuClassStats out[kMaxClasses]) {
       out[cls].hits += hits_of(c, cls) / kHitStep;
     }
   }
+}
+
+void percpu_remote_stats(RemoteNodeStats* out) {
+  *out = RemoteNodeStats{};
+  for (uint32_t n = 0; n < kTopoMaxNodes; n++) out->received[n] = remote_node_frees(n);
+  out->flushes = remote_flushes_.load(std::memory_order_relaxed);
+  if (!g_percpu) return;
+  for (uint32_t c = 0; c < g_cpu_count; c++)
+    if (__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) out->pending += cached_of(c, kRemoteSheaf);
 }
 
 PerCpuStats percpu_stats() {

@@ -61,7 +61,15 @@ constexpr size_t kHeaderOffset = sizeof(void*);
 // fixed (it is not part of the byte budget) and set on its first use.
 constexpr unsigned kDeferSheaf = kMaxClasses;
 constexpr uint32_t kDeferCap = 508;  // (4096 - a block's 32-byte header) / 8
-constexpr unsigned kSheafHeaders = kMaxClasses + 1;
+// Then the CPU's remote-node buffer: on a machine with several NUMA nodes, objects
+// of any class whose slabs belong to another node than the CPU's are pushed here by
+// free (not onto the class's sheaf, whose objects this CPU hands out again), and a
+// full buffer is flushed to the owning nodes in one go (percpu_remote_flush: sorted
+// by class and slab, one class lock per run). Fixed capacity, outside the budget,
+// opened on first use; the decay tick and malloc_trim flush what is left in it.
+constexpr unsigned kRemoteSheaf = kMaxClasses + 1;
+constexpr uint32_t kRemoteCap = 256;
+constexpr unsigned kSheafHeaders = kMaxClasses + 2;
 
 // After the headers, a 16-bit hit counter per class (thread_cache.h's kHitStep per
 // pop; its carry sends the pop through percpu_alloc_tick).
@@ -78,8 +86,10 @@ constexpr SheafLayout make_sheaf_layout() {
                 sizeof(void*);
   for (unsigned c = 1; c < kSheafHeaders; c++) {
     l.begin[c] = static_cast<uint16_t>(next);
-    next += 1 + (c == kDeferSheaf ? kDeferCap
-                                  : c < kNumClasses ? kClassInfo[c].sheaf_cap : kCacheSheafCap);
+    next += 1 + (c == kDeferSheaf    ? kDeferCap
+                 : c == kRemoteSheaf ? kRemoteCap
+                 : c < kNumClasses   ? kClassInfo[c].sheaf_cap
+                                     : kCacheSheafCap);
   }
   l.slots = next;
   return l;
@@ -96,6 +106,11 @@ extern char* g_cpu_region USLAB_HIDDEN;
 extern uint32_t g_cpu_count USLAB_HIDDEN;
 // True once the per-CPU mode is on (decided at the first slow path; never reset).
 extern bool g_percpu USLAB_HIDDEN;
+// g_percpu on a machine with one NUMA node: free pushes every object onto the
+// class's sheaf without asking whose node it is from (free_object in heap.h).
+extern bool g_percpu_one_node USLAB_HIDDEN;
+// Recomputes g_percpu_one_node after the topology changed (shard.h).
+void percpu_nodes_changed();
 
 // Slow paths of the fast operations below, and their retry after an abort (out of
 // line, so that the fast paths need no loop and no callee-saved registers).
@@ -259,7 +274,8 @@ tick:
   return percpu_alloc_tick(cls);
 }
 
-// Push p onto the current CPU's sheaf of cls (header index: a class or kDeferSheaf).
+// Push p onto the current CPU's sheaf of cls (header index: a class, kDeferSheaf or
+// kRemoteSheaf).
 // Goes to Miss when the sheaf is full, the thread has no usable CPU, or p is already
 // the top object (a double free); to Retry when the kernel aborted the section.
 template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned)>
@@ -292,6 +308,23 @@ miss:
 inline void percpu_free(void* p, unsigned cls) {
   percpu_push_one<percpu_free_slow, percpu_free_retry>(p, cls);
 }
+
+// Free p with several NUMA nodes: onto the class's sheaf when its slab is of the
+// current CPU's node, else onto the CPU's remote-node buffer (kRemoteSheaf).
+void percpu_free_nodes(void* p, unsigned cls);
+// Frees validated objects of any class straight to the shards that own them, sorted
+// by class and address (one class lock per run of one class and shard); counted as
+// remote-node frees received by the owners' nodes.
+void percpu_remote_flush(void** objs, size_t n);
+// Remote-node frees received per node (shard.h's counters: objects flushed to it
+// from CPUs, or thread caches, of other nodes) and objects waiting in the CPUs'
+// remote-node buffers (a racy sum).
+struct RemoteNodeStats {
+  uint64_t received[kTopoMaxNodes];
+  uint64_t flushes;
+  size_t pending;
+};
+void percpu_remote_stats(RemoteNodeStats* out);
 
 // The batch sections below serve the slow paths. They return the number of objects
 // moved, or -1 when the thread is not running on `cpu`, from a plain asm statement:

@@ -1,28 +1,82 @@
-// core/alloc/shard.cc — CPU → shard map; see shard.h.
+// core/alloc/shard.cc — the CPU → shard → node map; see shard.h.
 #include "core/alloc/shard.h"
+
+#include <sys/syscall.h>
 
 #include <atomic>
 
 #include "core/platform/config.h"
-#include "core/platform/cpu_probe.h"
+#include "core/platform/mutex.h"
+#include "core/platform/os.h"
 
 namespace uslab {
 
 namespace {
 
-constinit std::atomic<uint32_t> count_{0};
-constinit std::atomic<uint32_t> cpus_per_shard_{1};
+constinit Mutex map_lock_;
+constinit std::atomic<uint32_t> count_{0};  // 0 until the first map is built
+constinit std::atomic<uint32_t> span_{0};  // CPU ids the map covers
+constinit std::atomic<uint32_t> per_{1};
+constinit std::atomic<uint32_t> nodes_{1};
 constinit std::atomic<uint32_t> next_thread_{0};
+constinit std::atomic<bool> bind_{false};
+constinit std::atomic<uint64_t> remote_frees_[kTopoMaxNodes];
+Topology topo_;  // zero-initialised; written under map_lock_
+uint8_t cpu_shard_[kTopoMaxCpus];
+uint8_t shard_node_[kMaxShards];
+uint8_t node_first_[kTopoMaxNodes];   // the node's first shard
+uint8_t node_shards_[kTopoMaxNodes];  // and how many it has (0: no CPUs)
+
+template <typename T>
+void store(T& x, T v) { __atomic_store_n(&x, v, __ATOMIC_RELAXED); }
+template <typename T>
+T load(const T& x) { return __atomic_load_n(&x, __ATOMIC_RELAXED); }
+
+// Builds the map from topo_ (map_lock_ held).
+void build() {
+  config_init();
+  const uint32_t span = topo_.cpus_possible < kTopoMaxCpus ? topo_.cpus_possible : kTopoMaxCpus;
+  uint32_t ncpu[kTopoMaxNodes] = {};
+  for (uint32_t c = 0; c < span; c++) ncpu[topo_.cpu_node[c]]++;
+  // Every node with CPUs gets whole shards; more CPUs per shard until they fit.
+  uint32_t per = g_config.shard_cpus ? static_cast<uint32_t>(g_config.shard_cpus) : 1;
+  for (;; per++) {
+    uint32_t total = 0;
+    for (uint32_t n = 0; n < kTopoMaxNodes; n++) total += (ncpu[n] + per - 1) / per;
+    if (total <= kMaxShards || per >= span) break;
+  }
+  uint32_t next = 0;
+  for (uint32_t n = 0; n < kTopoMaxNodes; n++) {
+    uint32_t k = (ncpu[n] + per - 1) / per;
+    store(node_first_[n], static_cast<uint8_t>(next % kMaxShards));
+    store(node_shards_[n], static_cast<uint8_t>(k < kMaxShards ? k : kMaxShards));
+    for (uint32_t i = 0; i < k; i++) store(shard_node_[(next + i) % kMaxShards], static_cast<uint8_t>(n));
+    next += k;
+  }
+  uint32_t seen[kTopoMaxNodes] = {};
+  for (uint32_t c = 0; c < span; c++) {
+    uint32_t n = topo_.cpu_node[c];
+    store(cpu_shard_[c], static_cast<uint8_t>((node_first_[n] + seen[n]++ / per) % kMaxShards));
+  }
+  uint32_t count = next < kMaxShards ? next : kMaxShards;
+  if (count == 0) count = 1;
+  span_.store(span, std::memory_order_relaxed);
+  per_.store(per, std::memory_order_relaxed);
+  nodes_.store(topo_.nodes, std::memory_order_relaxed);
+  bind_.store(topo_.nodes > 1 && !topo_.synthetic, std::memory_order_relaxed);
+  // Shards of an earlier map that this one does not use keep their objects; they
+  // are given the node of a shard that is used.
+  uint32_t old = count_.load(std::memory_order_relaxed);
+  for (uint32_t sh = count; sh < old; sh++) store(shard_node_[sh], load(shard_node_[sh % count]));
+  count_.store(count > old ? count : old, std::memory_order_release);
+}
 
 uint32_t init() {
-  config_init();
-  uint32_t per = g_config.shard_cpus ? static_cast<uint32_t>(g_config.shard_cpus) : 1;
-  uint32_t n = (possible_cpus() + per - 1) / per;
-  if (n > kMaxShards) n = kMaxShards;
-  if (n == 0) n = 1;
-  cpus_per_shard_.store(per, std::memory_order_relaxed);
-  count_.store(n, std::memory_order_release);
-  return n;
+  LockGuard g(map_lock_);
+  if (uint32_t n = count_.load(std::memory_order_acquire)) return n;
+  topology_probe(&topo_, false);
+  build();
+  return count_.load(std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -34,16 +88,78 @@ unsigned shard_count() {
 
 unsigned shard_cpus() {
   shard_count();
-  return cpus_per_shard_.load(std::memory_order_relaxed);
+  return per_.load(std::memory_order_relaxed);
 }
 
 unsigned shard_of_cpu(uint32_t c) {
   uint32_t n = shard_count();
-  return c / cpus_per_shard_.load(std::memory_order_relaxed) % n;
+  if (c < span_.load(std::memory_order_relaxed)) return load(cpu_shard_[c]);
+  return c % n;
 }
 
 unsigned shard_for_new_thread() {
-  return next_thread_.fetch_add(1, std::memory_order_relaxed) % shard_count();
+  uint32_t i = next_thread_.fetch_add(1, std::memory_order_relaxed);
+  if (node_count() == 1) return i % shard_count();
+  unsigned cpu = 0;
+  if (os::syscall6(SYS_getcpu, reinterpret_cast<long>(&cpu), 0, 0) != 0) cpu = 0;
+  unsigned node = node_of_cpu(cpu);
+  uint32_t k = load(node_shards_[node]);
+  return k ? (load(node_first_[node]) + i % k) % kMaxShards : i % shard_count();
+}
+
+unsigned node_count() {
+  shard_count();
+  return nodes_.load(std::memory_order_relaxed);
+}
+
+unsigned node_of_shard(unsigned sh) {
+  shard_count();
+  return load(shard_node_[sh % kMaxShards]);
+}
+
+void bind_to_shard_node(void* p, size_t bytes, unsigned sh) {
+  if (bind_.load(std::memory_order_relaxed)) os::bind_node(p, bytes, node_of_shard(sh));
+}
+
+void note_remote_node_frees(unsigned node, uint64_t n) {
+  remote_frees_[node % kTopoMaxNodes].fetch_add(n, std::memory_order_relaxed);
+}
+
+uint64_t remote_node_frees(unsigned node) {
+  return remote_frees_[node % kTopoMaxNodes].load(std::memory_order_relaxed);
+}
+
+const Topology& topology_in_use() {
+  shard_count();
+  return topo_;
+}
+
+void topology_adopt(const Topology& t) {
+  shard_count();
+  LockGuard g(map_lock_);
+  topo_ = t;
+  build();
+}
+
+bool topology_adopt_hwloc() {
+  config_init();
+  if (g_config.topology == TopologySource::kProbe ||
+      (g_config.topology == TopologySource::kAuto && node_count() == 1))
+    return false;
+  static Topology t;  // 4 KiB: not on the constructor's stack
+  char why[160];
+  if (!topology_hwloc(&t, why, sizeof why)) {
+    if (g_config.topology == TopologySource::kHwloc)
+      os::print_stderr("uslab: topology=hwloc: %s; using the probe's topology\n", why);
+    return false;
+  }
+  // A synthetic topology may describe no caches: the machine's sizes stay.
+  const Topology& probed = topology_in_use();
+  if (!t.l1d.bytes) t.l1d = probed.l1d;
+  if (!t.l2.bytes) t.l2 = probed.l2;
+  if (!t.l3.bytes) t.l3 = probed.l3;
+  topology_adopt(t);
+  return true;
 }
 
 }  // namespace uslab

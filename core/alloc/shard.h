@@ -1,36 +1,72 @@
-// core/alloc/shard.h — shards: groups of CPUs that share depots, central lists and
-// a page heap.
+// core/alloc/shard.h — nodes and shards: which CPUs share depots, central lists and
+// a page heap, and on which NUMA node their memory lives.
 //
 // With one depot and one central slab list per class for the whole process, every
 // refill and drain of every CPU takes the same lock: on 16 CPUs the seed concurrent
 // test (every CPU allocates then frees 10000 objects) spent 2-30x jemalloc's cycles
-// waiting for it. A shard is a group of `shard_cpus` consecutive CPU ids with its
+// waiting for it. A shard is a group of `shard_cpus` CPUs of one NUMA node with its
 // own depot and central list per class (g_depot[shard][cls], g_central[shard][cls])
 // and its own page heap (g_page_heap[shard]), as SLUB gives each CPU its own partial
-// slabs and jemalloc spreads threads over arenas. A slab belongs to the shard that
-// carved it for its whole life (Span::shard); its objects go back to that shard's
-// depot (depot_give) or central list (central_free) from any CPU, so a depot holds
-// only its own shard's objects.
-// Per-thread caches (the fallback mode) are given shards round robin.
+// slabs and jemalloc spreads threads over arenas. A Node is the set of shards of
+// one NUMA node: a shard never spans two nodes, its segments are bound to its node
+// (mbind, on a machine with several real nodes), and a page heap borrows free pages
+// only from heaps of its own node. A slab belongs to the shard that carved it for
+// its whole life (Span::shard); its objects go back to that shard's depot
+// (depot_give) or central list (central_free) from any CPU, so a depot holds only
+// its own shard's objects. Per-thread caches (the fallback mode) are given the
+// shards of the node they start on round robin.
 //
-// Locking: none. The shard count and size are computed once, on first use, from
-// the possible CPUs and USLAB_CONF; racing first callers compute the same values.
+// The map comes from the topology (core/platform/topology.h): the probe's at the
+// first call, hwloc's when the constructor adopts it (topology_adopt_hwloc). The
+// map may change once, while other threads read it: every entry is a single byte
+// read and written atomically, and both maps are valid (a CPU that takes another
+// shard's depot meanwhile only allocates from that shard). shard_count() only
+// grows, so the shards of the first map are still visited afterwards.
+//
+// Locking: map_lock_ (shard.cc) serialises building the map; readers take none.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "core/platform/topology.h"
 
 namespace uslab {
 
-constexpr unsigned kMaxShards = 64;  // CPUs beyond shard_cpus * kMaxShards share shards
+constexpr unsigned kMaxShards = 64;  // more CPUs per shard beyond; nodes beyond fold
 
-// Shards in use (1 … kMaxShards).
+// Shards in use (1 … kMaxShards); never shrinks.
 unsigned shard_count();
-// CPUs per shard (shard_cpus, at least 1).
+// CPUs per shard (shard_cpus, raised until every node's shards fit in kMaxShards).
 unsigned shard_cpus();
-// The shard of CPU c.
+// The shard of CPU c (any id: ids beyond the topology wrap around the shards).
 unsigned shard_of_cpu(uint32_t c);
-// The shard of a new per-thread cache (round robin).
+// The shard of a new per-thread cache: round robin among the shards of the node the
+// thread runs on.
 unsigned shard_for_new_thread();
+
+// NUMA nodes of the topology in use (at least 1), the node of a shard and of a CPU.
+unsigned node_count();
+unsigned node_of_shard(unsigned sh);
+inline unsigned node_of_cpu(uint32_t c) { return node_of_shard(shard_of_cpu(c)); }
+// Binds [p, p + bytes) to the node of shard sh when the nodes are real and more
+// than one (a no-op otherwise).
+void bind_to_shard_node(void* p, size_t bytes, unsigned sh);
+
+// Remote-node frees: objects returned to node `node`'s shards by CPUs (or thread
+// caches) of another node. Relaxed counters.
+void note_remote_node_frees(unsigned node, uint64_t n);
+uint64_t remote_node_frees(unsigned node);
+
+// The topology in use (read-only; stable once the constructor ran).
+const Topology& topology_in_use();
+// Run by the allocator's constructor: loads hwloc when the configuration asks for
+// it (topology=hwloc, or auto with several nodes) and rebuilds the map from its
+// answer; true when the map changed. A failure keeps the probe's map (with a
+// warning when hwloc was asked for by name).
+bool topology_adopt_hwloc();
+// Rebuilds the map from t (tests and topology_adopt_hwloc).
+void topology_adopt(const Topology& t);
 
 // fn(shard) summed over the shards in use (a statistics struct with +=).
 template <typename Fn>

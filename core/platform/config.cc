@@ -74,6 +74,10 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     uint64_t n;
     ok = parse_u64(v, vlen, &n) && n <= 4096;
     if (ok) cfg.shard_cpus = n;
+  } else if (key_is(k, klen, "percpu_cpus")) {
+    uint64_t n;
+    ok = parse_u64(v, vlen, &n) && n <= 4096;
+    if (ok) cfg.percpu_cpus = n;
   } else if (key_is(k, klen, "stats")) {
     ok = parse_bool(v, vlen, &cfg.stats_at_exit);
   } else if (key_is(k, klen, "decay_ms")) {
@@ -82,6 +86,12 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_bool(v, vlen, &cfg.membarrier);
   } else if (key_is(k, klen, "background_thread")) {
     ok = parse_bool(v, vlen, &cfg.background_thread);
+  } else if (key_is(k, klen, "topology")) {
+    ok = true;
+    if (key_is(v, vlen, "auto")) cfg.topology = TopologySource::kAuto;
+    else if (key_is(v, vlen, "probe")) cfg.topology = TopologySource::kProbe;
+    else if (key_is(v, vlen, "hwloc")) cfg.topology = TopologySource::kHwloc;
+    else ok = false;
   } else {
     warn(origin, "unknown key", k, klen);
     return;

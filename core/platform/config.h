@@ -13,16 +13,22 @@
 
 namespace uslab {
 
+// Where the topology comes from (topology.h): auto uses hwloc only on a machine the
+// probe sees with several NUMA nodes.
+enum class TopologySource : uint8_t { kAuto, kProbe, kHwloc };
+
 struct Config {
   bool abort_on_error = true;   // invalid/double free: report and abort (false: report, leak)
   bool tcache = true;           // per-thread caches in front of the central lists
   bool percpu = true;           // per-CPU sheaves over rseq when the kernel allows
   uint64_t cpu_cache_bytes = 0; // capacity budget per CPU (0: from the L2 size)
   uint64_t shard_cpus = 0;      // CPUs per shard (depots, slab lists, page heap; 0: 1)
+  uint64_t percpu_cpus = 0;     // sheaves for CPU ids below this (0: all possible CPUs)
   bool stats_at_exit = false;   // print the stats table on stderr at exit
   uint64_t decay_ms = 10000;    // free pages stay resident this long before madvise
   bool membarrier = true;       // writers fence readers with membarrier (false: readers fence)
   bool background_thread = false;  // a thread that returns memory and frees deferred objects
+  TopologySource topology = TopologySource::kAuto;
 };
 
 // The process-wide options; valid after config_init().

@@ -128,6 +128,16 @@ long read_file(const char* path, char* buf, size_t cap) {
 
 void write_stderr(const char* s, size_t n) { write_fd(2, s, n); }
 
+bool bind_node(void* p, size_t bytes, unsigned node) {
+  constexpr long kMpolPreferred = 1;  // <linux/mempolicy.h>, which the libc headers lack
+  unsigned long mask[4] = {};
+  if (node >= sizeof mask * 8) return false;
+  mask[node / 64] = 1ul << (node % 64);
+  // maxnode counts bits of the mask plus one (the kernel drops the last).
+  return syscall6(SYS_mbind, (long)p, (long)bytes, kMpolPreferred, (long)mask,
+                  (long)(sizeof mask * 8 + 1), 0) == 0;
+}
+
 int dup_high(int fd) {
   long r = syscall6(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 100);
   return r < 0 ? -1 : (int)r;

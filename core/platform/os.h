@@ -32,6 +32,11 @@ void unmap(void* p, size_t bytes);
 // Return pages to the OS; the range reads as zero afterwards.
 void purge(void* p, size_t bytes);
 
+// Asks the kernel to place the pages of [p, p + bytes) on NUMA node `node`
+// (mbind, MPOL_PREFERRED: another node when that one is full, never an OOM); false
+// when the kernel refuses (no such node, no NUMA support).
+bool bind_node(void* p, size_t bytes, unsigned node);
+
 void futex_wait(const uint32_t* addr, uint32_t expected);
 void futex_wake(const uint32_t* addr, int count);
 

@@ -1,11 +1,11 @@
 // core/platform/platform.h — umbrella of the platform layer (raw syscalls, the
-// futex Mutex, run-time configuration, rseq registration, the CPU probe,
+// futex Mutex, run-time configuration, rseq registration, the topology providers,
 // USDT probes). Higher layers include this header only.
 #pragma once
 
 #include "core/platform/config.h"
-#include "core/platform/cpu_probe.h"
 #include "core/platform/mutex.h"
 #include "core/platform/os.h"
 #include "core/platform/probe.h"
 #include "core/platform/rseq.h"
+#include "core/platform/topology.h"

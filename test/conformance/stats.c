@@ -106,8 +106,13 @@ static void check_remote(void) {
   uslab_stats_print(collect, NULL);
   const char *topo = strstr(text, "topology: ");
   CHECK(topo != NULL);
-  if (topo) CHECK(sscanf(topo, "topology: %u possible CPUs, %u shards of %u CPUs", &possible,
-                         &shards, &per) == 3);
+  unsigned nodes = 0;
+  const char *sh = topo ? strstr(topo, " NUMA node") : NULL;
+  sh = sh ? strstr(sh, ", ") : NULL;  /* after "node," "nodes," or "nodes (synthetic)," */
+  CHECK(topo && sscanf(topo, "topology: %u possible CPUs, %u NUMA node", &possible, &nodes) == 2);
+  CHECK(sh && sscanf(sh, ", %u shards of %u CPUs", &shards, &per) == 2);
+  CHECK(nodes >= 1 && per >= 1);
+  if (per == 0) per = 1;
   cpu_set_t set;
   int n = 0;
   if (sched_getaffinity(0, sizeof set, &set) == 0)

@@ -27,6 +27,12 @@ check 'cmp -s "$work/plain.out" "$work/je.out"' "run --allocator jemalloc works"
 check 'cmp -s "$work/plain.out" "$work/stats.out"' "stats: output unchanged"
 check 'grep -q "^uslab stats (mode: " "$work/stats.err"' "stats: table on stderr ($(head -c 300 "$work/stats.err"))"
 check 'grep -q "^cached: " "$work/stats.err"' "stats: totals printed"
+"$uslab" topology > "$work/topo.out" 2>&1
+check 'grep -q "^The providers agree" "$work/topo.out" && grep -q "^uslab uses (topology=auto)" "$work/topo.out"' \
+  "topology: the probe and hwloc agree, uslab's choice shown ($(head -c 400 "$work/topo.out"))"
+HWLOC_SYNTHETIC="pack:2 numa:2 core:8 pu:2" USLAB_CONF=topology=hwloc "$uslab" topology > "$work/topo2.out" 2>&1
+check 'grep -q "NUMA nodes: 4 (synthetic)" "$work/topo2.out" && grep -q "node 3: 16 (from 48)" "$work/topo2.out"' \
+  "topology: a synthetic 4-node machine gives 4 nodes of 16 shards ($(tail -c 400 "$work/topo2.out"))"
 
 "$uslab" ab -n 2 --json "$work/ab.json" -- sort -n "$work/data" > "$work/ab.out" 2>"$work/ab.err"
 rc=$?
