@@ -27,6 +27,9 @@ Benchmarks (default: all):
   startup       start-up cost: 500 runs of /bin/true and of python3 -c pass with each
                 allocator preloaded (the launcher itself is not), and with an empty
                 library preloaded (the floor); median wall time of a run, against glibc
+  numa          cross-node producer/consumer: one pair of xthread, producer and
+                consumer pinned to CPUs of two NUMA nodes (on a machine with one
+                node, uslab also runs with hwloc's synthetic 2 nodes)
   deferred      the kfree_rcu seed test: loops x objects allocated then handed to a
                 deferred free: uslab's blocks, a per-object callback baseline in the
                 same process, liburcu's call_rcu under jemalloc; ns per object, batches,
@@ -58,9 +61,10 @@ PEERS = {
 }
 
 
-def run_json(cmd, lib):
+def run_json(cmd, lib, extra_env=None):
     """Runs cmd with lib preloaded ("" = glibc); returns its JSON output lines."""
     env = dict(os.environ)
+    env.update(extra_env or {})
     env.pop("LD_PRELOAD", None)
     if lib:
         env["LD_PRELOAD"] = lib
@@ -209,6 +213,61 @@ def bench_concurrent(args, allocs, out):
         print(f"| {size} | {ua:.1f} | {ja:.1f} | {ua / ja:.2f} | {uf:.1f} | {jf:.1f} | {uf / jf:.2f} |")
     print()
     out["concurrent"] = {f"{a}/{p}/{s}": v for (a, p, s), v in results.items()}
+
+
+def numa_pair():
+    """Two CPUs on different NUMA nodes (producer, consumer), the node count, and the
+    environment that makes uslab see them on two nodes when the machine has one."""
+    nodes = {}
+    base = "/sys/devices/system/node"
+    for d in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        if d.startswith("node") and d[4:].isdigit():
+            with open(os.path.join(base, d, "cpulist")) as f:
+                text = f.read().strip()
+            cpus = []
+            for part in filter(None, text.split(",")):
+                lo, _, hi = part.partition("-")
+                cpus += range(int(lo), int(hi or lo) + 1)
+            if cpus:
+                nodes[int(d[4:])] = cpus
+    if len(nodes) >= 2:
+        a, b = sorted(nodes)[:2]
+        return nodes[a][0], nodes[b][0], len(nodes), {}
+    cpus = os.cpu_count() or 1
+    half = max(cpus // 2, 1)
+    synthetic = {"HWLOC_SYNTHETIC": f"numa:2 pu:{half}", "USLAB_CONF": "topology=hwloc"}
+    return 0, min(half, cpus - 1), len(nodes) or 1, synthetic
+
+
+def bench_numa(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "threads")
+    pcpu, ccpu, nnodes, synthetic = numa_pair()
+    peers = dict(allocs)
+    if synthetic:  # one real node: uslab's remote-node path runs on hwloc's made-up nodes
+        peers["uslab (2 synthetic nodes)"] = allocs["uslab"]
+    results = {}
+
+    def one(a, lib):
+        env = synthetic if a.startswith("uslab (") else None
+        results.setdefault(a, []).extend(
+            run_json([exe, "xnode", str(pcpu), str(ccpu), "1"], lib, env))
+
+    alternate(peers, args.rounds, one)
+    where = (f"CPUs {pcpu} and {ccpu} on two of the {nnodes} NUMA nodes" if not synthetic else
+             f"CPUs {pcpu} and {ccpu}; the machine has one NUMA node, so the row marked synthetic "
+             f"runs uslab with {synthetic['HWLOC_SYNTHETIC']!r} (its remote-node frees, "
+             "buffered and flushed) while the memory stays on the one real node")
+    print(f"Command: tools/uslab bench numa --rounds {args.rounds} (one producer/consumer pair "
+          f"for 1 s, {where})\n")
+    print("| allocator | M operations/s | peak RSS | vs jemalloc |")
+    print("|---|---|---|---|")
+    jem = statistics.median(r["ops_per_sec"] for r in results["jemalloc"])
+    for a, runs in results.items():
+        ops = statistics.median(r["ops_per_sec"] for r in runs)
+        rss = statistics.median(r["peak_rss_kib"] for r in runs)
+        print(f"| {a} | {ops / 1e6:.1f} | {rss / 1024:.1f} MiB | {ops / jem:.2f}× ops |")
+    print()
+    out["numa"] = results
 
 
 def bench_deferred(args, allocs, out):
@@ -507,7 +566,7 @@ def main():
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions",
-             "deferred", "rss", "bigblocks", "startup"]
+             "deferred", "rss", "bigblocks", "startup", "numa"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -552,6 +611,8 @@ def main():
             bench_bigblocks(args, allocs, out)
         elif name == "startup":
             bench_startup(args, allocs, out)
+        elif name == "numa":
+            bench_numa(args, allocs, out)
         else:
             bench_instructions(args, allocs, out)
     if args.json:

@@ -4,6 +4,10 @@
  *   threads xthread THREADS SECONDS   producer/consumer: half the threads allocate
  *                                     (16..512 bytes) into per-pair rings, the other
  *                                     half free what they receive (all frees remote)
+ *   threads xnode PCPU CCPU SECONDS   one producer/consumer pair of xthread, the
+ *                                     producer pinned to CPU PCPU and the consumer to
+ *                                     CCPU (CPUs of two NUMA nodes: every free is of
+ *                                     an object of the other node)
  *   threads larson THREADS SECONDS    larson-style server: threads replace random
  *                                     slots of one shared array (16..1024 bytes), so
  *                                     most objects are freed by another thread
@@ -62,7 +66,21 @@ struct ring {
 };
 static struct ring *rings;
 
+static int pin_cpu[2] = {-1, -1}; /* xnode: the producer's and the consumer's CPU */
+
+static void pin_self(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0) {
+    perror("threads: sched_setaffinity");
+    exit(2);
+  }
+}
+
 static void *producer(void *arg) {
+  pin_self(pin_cpu[0]);
   struct ring *r = &rings[(uintptr_t)arg];
   uint64_t s = (uintptr_t)arg * 2654435761u + 1;
   unsigned long ops = 0;
@@ -83,6 +101,7 @@ static void *producer(void *arg) {
 }
 
 static void *consumer(void *arg) {
+  pin_self(pin_cpu[1]);
   struct ring *r = &rings[(uintptr_t)arg];
   unsigned long ops = 0;
   for (;;) {
@@ -197,6 +216,17 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *what = argv[1];
+  if (!strcmp(what, "xnode")) { /* one pinned pair: xthread's code with 2 threads */
+    if (argc < 5) {
+      fprintf(stderr, "usage: threads xnode PCPU CCPU SECONDS\n");
+      return 2;
+    }
+    pin_cpu[0] = atoi(argv[2]);
+    pin_cpu[1] = atoi(argv[3]);
+    what = "xthread";
+    argv[2] = "2";
+    argv[3] = argv[4];
+  }
   nthreads = atoi(argv[2]);
   double arg = atof(argv[3]);
   pthread_t *ts = calloc((size_t)nthreads * 2, sizeof *ts);

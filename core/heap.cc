@@ -222,14 +222,15 @@ namespace {
 void free_bulk_class_nodes(unsigned cls, void* const* ptrs, size_t n) {
   const unsigned here = node_of_cpu(rseq_cpu_id());
   void* local[kMaxBatch];
-  void* remote[kMaxBatch];
+  uint64_t remote[kMaxBatch];
   for (size_t i = 0; i < n;) {
     size_t nl = 0, nr = 0;
     for (; i < n && nl < kMaxBatch && nr < kMaxBatch; i++) {
-      if (node_of_shard(PageMap::get(ptrs[i])->shard) == here)
+      const Span* s = PageMap::get(ptrs[i]);
+      if (node_of_shard(s->shard) == here)
         local[nl++] = ptrs[i];
       else
-        remote[nr++] = ptrs[i];
+        remote[nr++] = remote_entry(ptrs[i], s);
     }
     if (nr) percpu_remote_flush(remote, nr);
     size_t left = nl - percpu_put(cls, local, nl);

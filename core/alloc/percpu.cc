@@ -4,7 +4,6 @@
 // relaxed statistics counters) and the `end` fields of that CPU's headers.
 #include "core/alloc/percpu.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -280,33 +279,44 @@ void percpu_nodes_changed() {
   __atomic_store_n(&g_percpu_one_node, g_percpu && node_count() == 1, __ATOMIC_RELAXED);
 }
 
-void percpu_remote_flush(void** objs, size_t n) {
-  // Sorted by class, then shard, then address: runs of one class and one shard go
-  // to that shard's central list under one lock, neighbours in one slab together.
-  static_assert(kMaxClasses <= 128 && kMaxShards <= 64, "the key's bit fields below");
-  uint64_t keys[kRemoteCap];
+void percpu_remote_flush(const uint64_t* entries, size_t n) {
+  // Grouped by (class, shard) through a small open-addressed table: a buffer holds
+  // a few dozen distinct groups at most, and a sort would cost more than the frees.
+  constexpr uint64_t kAddress = (uint64_t{1} << 47) - 1;
+  constexpr unsigned kSlots = 512;  // > 2 x the groups a full buffer can hold
+  static_assert(kSlots >= 2 * kRemoteCap);
+  struct Group {
+    uint16_t key, count, next;  // key: class | shard << 7; next: fill position
+  };
+  Group groups[kRemoteCap];
+  uint16_t slot_group[kSlots];
+  uint16_t which[kRemoteCap];
+  void* objs[kRemoteCap];
   for (size_t done = 0; done < n;) {
-    size_t k = n - done < kRemoteCap ? n - done : kRemoteCap;
+    const uint64_t* e = entries + done;
+    size_t k = n - done < kRemoteCap ? n - done : kRemoteCap, ng = 0;
+    memset(slot_group, 0xff, sizeof slot_group);
     for (size_t i = 0; i < k; i++) {
-      const Span* s = PageMap::get(objs[done + i]);
-      keys[i] = uint64_t{s->size_class} << 53 | uint64_t{s->shard} << 47 |
-                reinterpret_cast<uintptr_t>(objs[done + i]);
-    }
-    std::sort(keys, keys + k);
-    for (size_t i = 0; i < k; i++) objs[done + i] = reinterpret_cast<void*>(keys[i] & ((uint64_t{1} << 47) - 1));
-    for (size_t i = 0; i < k;) {
-      unsigned cls = static_cast<unsigned>(keys[i] >> 53);
-      size_t j = i + 1;
-      while (j < k && keys[j] >> 53 == cls) j++;
-      for (size_t r = i; r < j;) {  // the received count, per owning node
-        unsigned shard = keys[r] >> 47 & 63;
-        size_t e = r + 1;
-        while (e < j && (keys[e] >> 47 & 63) == shard) e++;
-        note_remote_node_frees(node_of_shard(shard), e - r);
-        r = e;
+      uint16_t key = static_cast<uint16_t>(e[i] >> 47);
+      unsigned slot = (key * 0x9e37u >> 7) % kSlots;
+      while (slot_group[slot] != 0xffff && groups[slot_group[slot]].key != key)
+        slot = (slot + 1) % kSlots;
+      if (slot_group[slot] == 0xffff) {
+        slot_group[slot] = static_cast<uint16_t>(ng);
+        groups[ng++] = Group{key, 0, 0};
       }
-      central_free(cls, objs + done + i, j - i);
-      i = j;
+      groups[slot_group[slot]].count++;
+      which[i] = slot_group[slot];
+    }
+    for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++) groups[g].next = static_cast<uint16_t>(at);
+    for (size_t i = 0; i < k; i++)
+      objs[groups[which[i]].next++] = reinterpret_cast<void*>(e[i] & kAddress);
+    for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++) {
+      unsigned cls = groups[g].key & 127, shard = groups[g].key >> 7;
+      note_remote_node_frees(node_of_shard(shard), groups[g].count);
+      // To the slabs: groups are small (a buffer mixes classes), and small sheaves
+      // in the owner's depot measured no faster (xnode: 24.4 M/s both).
+      g_central[shard][cls].free_batch(cls, objs + at, groups[g].count, true);
     }
     done += k;
   }
@@ -315,17 +325,21 @@ void percpu_remote_flush(void** objs, size_t n) {
 
 namespace {
 
-// A full remote-node buffer (or a closed one): its objects are flushed to their
-// nodes and p goes in; p itself is flushed when the thread has no usable CPU or
-// keeps moving.
-void remote_miss(void* p, unsigned) {
-  void* buf[kRemoteCap];
+// A full remote-node buffer (or a closed one): its entries are flushed to their
+// nodes and the entry goes in; the entry itself is flushed when the thread has no
+// usable CPU or keeps moving.
+void remote_miss(void* entry, unsigned) {
+  uint64_t buf[kRemoteCap];
   for (int tries = 0; tries < 2; tries++) {
     uint32_t c = usable_cpu();
     if (c == kNoCpu) break;
     void* top;
     if (percpu_peek(c, kRemoteSheaf, &top) < 0) continue;
-    if (top == p) return report_bad_free(p, "double free", PageMap::get(p)->size_class);
+    if (top == entry) {
+      uint64_t e = reinterpret_cast<uintptr_t>(entry);
+      return report_bad_free(reinterpret_cast<void*>(e & ((uint64_t{1} << 47) - 1)),
+                             "double free", static_cast<unsigned>(e >> 47 & 127));
+    }
     long n;
     {
       CpuMeta& m = meta_[c];
@@ -333,30 +347,32 @@ void remote_miss(void* p, unsigned) {
       if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
       n = capacity_of(c, kRemoteSheaf) == 0
               ? percpu_resize(c, kRemoteSheaf, begin_of(kRemoteSheaf) + kRemoteCap, nullptr)
-              : percpu_pop_batch(c, kRemoteSheaf, buf, kRemoteCap);
+              : percpu_pop_batch(c, kRemoteSheaf, reinterpret_cast<void**>(buf), kRemoteCap);
     }
     if (n < 0) continue;
-    if (n > 0) {
-      sheaf_acquire(buf, static_cast<size_t>(n));
-      percpu_remote_flush(buf, static_cast<size_t>(n));
-    }
-    void* one[1] = {p};
+    if (n > 0) percpu_remote_flush(buf, static_cast<size_t>(n));
+    void* one[1] = {entry};
     if (percpu_push_batch(c, kRemoteSheaf, one, 1) == 1) return;
   }
-  percpu_remote_flush(&p, 1);
+  uint64_t e = reinterpret_cast<uintptr_t>(entry);
+  percpu_remote_flush(&e, 1);
 }
 
-void remote_retry(void* p, unsigned) { percpu_free_nodes(p, PageMap::get(p)->size_class); }
+void remote_retry(void* entry, unsigned) {
+  percpu_push_one<remote_miss, remote_retry>(entry, kRemoteSheaf);
+}
 
 }  // namespace
 
 void percpu_free_nodes(void* p, unsigned cls) {
   uint32_t c = rseq_cpu_id();
   if (c >= g_cpu_count) c = usable_cpu();  // a thread's first free registers it
+  const Span* s = PageMap::get(p);
   // The thread may move before the push: then the object only lands in the wrong
   // buffer, which costs locality, never correctness (both flush to the owner).
-  if (c != kNoCpu && node_of_shard(PageMap::get(p)->shard) != node_of_cpu(c))
-    return percpu_push_one<remote_miss, remote_retry>(p, kRemoteSheaf);
+  if (c != kNoCpu && node_of_shard(s->shard) != node_of_cpu(c))
+    return percpu_push_one<remote_miss, remote_retry>(reinterpret_cast<void*>(remote_entry(p, s)),
+                                                     kRemoteSheaf);
   percpu_free(p, cls);
 }
 
@@ -454,9 +470,7 @@ void flush_remote_cpu(uint32_t c) {
   uint32_t end = __atomic_load_n(&h[kRemoteSheaf], __ATOMIC_RELAXED) >> 16, cur[kSheafHeaders];
   if (!detach(c, HeaderSet::range(kRemoteSheaf, kRemoteSheaf + 1), cur)) return;
   uint32_t b = begin_of(kRemoteSheaf), n = cur[kRemoteSheaf] > b ? cur[kRemoteSheaf] - b : 0;
-  void** objs = slots_of(c) + b + 1;
-  sheaf_acquire(objs, n);
-  percpu_remote_flush(objs, n);
+  percpu_remote_flush(reinterpret_cast<uint64_t*>(slots_of(c) + b + 1), n);
   __atomic_store_n(&h[kRemoteSheaf], end << 16 | b, __ATOMIC_SEQ_CST);
 }
 

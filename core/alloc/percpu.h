@@ -64,8 +64,8 @@ constexpr uint32_t kDeferCap = 508;  // (4096 - a block's 32-byte header) / 8
 // Then the CPU's remote-node buffer: on a machine with several NUMA nodes, objects
 // of any class whose slabs belong to another node than the CPU's are pushed here by
 // free (not onto the class's sheaf, whose objects this CPU hands out again), and a
-// full buffer is flushed to the owning nodes in one go (percpu_remote_flush: sorted
-// by class and slab, one class lock per run). Fixed capacity, outside the budget,
+// full buffer is flushed to the owning nodes in one go (percpu_remote_flush:
+// grouped by class and shard, one class lock per group). Fixed capacity, outside the budget,
 // opened on first use; the decay tick and malloc_trim flush what is left in it.
 constexpr unsigned kRemoteSheaf = kMaxClasses + 1;
 constexpr uint32_t kRemoteCap = 256;
@@ -312,10 +312,18 @@ inline void percpu_free(void* p, unsigned cls) {
 // Free p with several NUMA nodes: onto the class's sheaf when its slab is of the
 // current CPU's node, else onto the CPU's remote-node buffer (kRemoteSheaf).
 void percpu_free_nodes(void* p, unsigned cls);
-// Frees validated objects of any class straight to the shards that own them, sorted
-// by class and address (one class lock per run of one class and shard); counted as
-// remote-node frees received by the owners' nodes.
-void percpu_remote_flush(void** objs, size_t n);
+// An entry of a remote-node buffer: the object's address (below 2^47) tagged with
+// its class and its slab's shard in the bits above, so that the flush needs no
+// page-map lookup. Pushes of the same object give the same entry (the double-free
+// check compares entries).
+inline uint64_t remote_entry(const void* p, const Span* s) {
+  static_assert(kMaxClasses <= 128 && kMaxShards <= 64, "7 + 6 bits above the address");
+  return reinterpret_cast<uintptr_t>(p) | uint64_t{s->size_class} << 47 | uint64_t{s->shard} << 54;
+}
+// Frees remote-node entries to the shards that own them: grouped by class and
+// shard, each group in one batch (one lock); counted as remote-node frees received
+// by the owners' nodes.
+void percpu_remote_flush(const uint64_t* entries, size_t n);
 // Remote-node frees received per node (shard.h's counters: objects flushed to it
 // from CPUs, or thread caches, of other nodes) and objects waiting in the CPUs'
 // remote-node buffers (a racy sum).

@@ -11,19 +11,20 @@
 
 namespace uslab {
 
+constinit uint8_t g_cpu_shard[kTopoMaxCpus];
+constinit uint8_t g_shard_node[kMaxShards];
+constinit uint32_t g_cpu_shard_span = 0;
+
 namespace {
 
 constinit Mutex map_lock_;
 constinit std::atomic<uint32_t> count_{0};  // 0 until the first map is built
-constinit std::atomic<uint32_t> span_{0};  // CPU ids the map covers
 constinit std::atomic<uint32_t> per_{1};
 constinit std::atomic<uint32_t> nodes_{1};
 constinit std::atomic<uint32_t> next_thread_{0};
 constinit std::atomic<bool> bind_{false};
 constinit std::atomic<uint64_t> remote_frees_[kTopoMaxNodes];
 Topology topo_;  // zero-initialised; written under map_lock_
-uint8_t cpu_shard_[kTopoMaxCpus];
-uint8_t shard_node_[kMaxShards];
 uint8_t node_first_[kTopoMaxNodes];   // the node's first shard
 uint8_t node_shards_[kTopoMaxNodes];  // and how many it has (0: no CPUs)
 
@@ -50,24 +51,24 @@ void build() {
     uint32_t k = (ncpu[n] + per - 1) / per;
     store(node_first_[n], static_cast<uint8_t>(next % kMaxShards));
     store(node_shards_[n], static_cast<uint8_t>(k < kMaxShards ? k : kMaxShards));
-    for (uint32_t i = 0; i < k; i++) store(shard_node_[(next + i) % kMaxShards], static_cast<uint8_t>(n));
+    for (uint32_t i = 0; i < k; i++) store(g_shard_node[(next + i) % kMaxShards], static_cast<uint8_t>(n));
     next += k;
   }
   uint32_t seen[kTopoMaxNodes] = {};
   for (uint32_t c = 0; c < span; c++) {
     uint32_t n = topo_.cpu_node[c];
-    store(cpu_shard_[c], static_cast<uint8_t>((node_first_[n] + seen[n]++ / per) % kMaxShards));
+    store(g_cpu_shard[c], static_cast<uint8_t>((node_first_[n] + seen[n]++ / per) % kMaxShards));
   }
   uint32_t count = next < kMaxShards ? next : kMaxShards;
   if (count == 0) count = 1;
-  span_.store(span, std::memory_order_relaxed);
+  __atomic_store_n(&g_cpu_shard_span, span, __ATOMIC_RELAXED);
   per_.store(per, std::memory_order_relaxed);
   nodes_.store(topo_.nodes, std::memory_order_relaxed);
   bind_.store(topo_.nodes > 1 && !topo_.synthetic, std::memory_order_relaxed);
   // Shards of an earlier map that this one does not use keep their objects; they
   // are given the node of a shard that is used.
   uint32_t old = count_.load(std::memory_order_relaxed);
-  for (uint32_t sh = count; sh < old; sh++) store(shard_node_[sh], load(shard_node_[sh % count]));
+  for (uint32_t sh = count; sh < old; sh++) store(g_shard_node[sh], load(g_shard_node[sh % count]));
   count_.store(count > old ? count : old, std::memory_order_release);
 }
 
@@ -91,9 +92,9 @@ unsigned shard_cpus() {
   return per_.load(std::memory_order_relaxed);
 }
 
-unsigned shard_of_cpu(uint32_t c) {
-  uint32_t n = shard_count();
-  if (c < span_.load(std::memory_order_relaxed)) return load(cpu_shard_[c]);
+unsigned shard_of_cpu_beyond(uint32_t c) {
+  uint32_t n = shard_count();  // builds the map on first use
+  if (c < __atomic_load_n(&g_cpu_shard_span, __ATOMIC_RELAXED)) return load(g_cpu_shard[c]);
   return c % n;
 }
 
@@ -110,11 +111,6 @@ unsigned shard_for_new_thread() {
 unsigned node_count() {
   shard_count();
   return nodes_.load(std::memory_order_relaxed);
-}
-
-unsigned node_of_shard(unsigned sh) {
-  shard_count();
-  return load(shard_node_[sh % kMaxShards]);
 }
 
 void bind_to_shard_node(void* p, size_t bytes, unsigned sh) {

@@ -29,25 +29,39 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/platform/os.h"
 #include "core/platform/topology.h"
 
 namespace uslab {
 
 constexpr unsigned kMaxShards = 64;  // more CPUs per shard beyond; nodes beyond fold
 
+// The map's tables (shard.cc), read lock-free with single-byte loads; all zero (one
+// shard of node 0 for every CPU) until the map is first built.
+extern uint8_t g_cpu_shard[kTopoMaxCpus] USLAB_HIDDEN;
+extern uint8_t g_shard_node[kMaxShards] USLAB_HIDDEN;
+extern uint32_t g_cpu_shard_span USLAB_HIDDEN;  // CPU ids g_cpu_shard covers
+
 // Shards in use (1 … kMaxShards); never shrinks.
 unsigned shard_count();
 // CPUs per shard (shard_cpus, raised until every node's shards fit in kMaxShards).
 unsigned shard_cpus();
 // The shard of CPU c (any id: ids beyond the topology wrap around the shards).
-unsigned shard_of_cpu(uint32_t c);
+unsigned shard_of_cpu_beyond(uint32_t c);
+inline unsigned shard_of_cpu(uint32_t c) {
+  if (c < __atomic_load_n(&g_cpu_shard_span, __ATOMIC_RELAXED))
+    return __atomic_load_n(&g_cpu_shard[c], __ATOMIC_RELAXED);
+  return shard_of_cpu_beyond(c);
+}
 // The shard of a new per-thread cache: round robin among the shards of the node the
 // thread runs on.
 unsigned shard_for_new_thread();
 
 // NUMA nodes of the topology in use (at least 1), the node of a shard and of a CPU.
 unsigned node_count();
-unsigned node_of_shard(unsigned sh);
+inline unsigned node_of_shard(unsigned sh) {
+  return __atomic_load_n(&g_shard_node[sh % kMaxShards], __ATOMIC_RELAXED);
+}
 inline unsigned node_of_cpu(uint32_t c) { return node_of_shard(shard_of_cpu(c)); }
 // Binds [p, p + bytes) to the node of shard sh when the nodes are real and more
 // than one (a no-op otherwise).
