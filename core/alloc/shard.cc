@@ -23,6 +23,7 @@ constinit std::atomic<uint32_t> per_{1};
 constinit std::atomic<uint32_t> nodes_{1};
 constinit std::atomic<uint32_t> next_thread_{0};
 constinit std::atomic<bool> bind_{false};
+constinit std::atomic<bool> caches_known_{false};  // topo_'s cache sizes filled
 constinit std::atomic<uint64_t> remote_frees_[kTopoMaxNodes];
 Topology topo_;  // zero-initialised; written under map_lock_
 uint8_t node_first_[kTopoMaxNodes];   // the node's first shard
@@ -127,6 +128,13 @@ uint64_t remote_node_frees(unsigned node) {
 
 const Topology& topology_in_use() {
   shard_count();
+  if (!caches_known_.load(std::memory_order_acquire)) {
+    LockGuard g(map_lock_);
+    if (!caches_known_.load(std::memory_order_relaxed)) {
+      if (!topo_.l2.bytes) topology_probe_caches(&topo_, 0, false);
+      caches_known_.store(true, std::memory_order_release);
+    }
+  }
   return topo_;
 }
 
@@ -134,13 +142,18 @@ void topology_adopt(const Topology& t) {
   shard_count();
   LockGuard g(map_lock_);
   topo_ = t;
+  caches_known_.store(false, std::memory_order_release);  // unknown sizes are probed
   build();
 }
 
 bool topology_adopt_hwloc() {
   config_init();
-  if (g_config.topology == TopologySource::kProbe ||
-      (g_config.topology == TopologySource::kAuto && node_count() == 1))
+  if (g_config.topology == TopologySource::kProbe) return false;
+  // auto: hwloc only with several nodes. When nothing has been allocated yet (the
+  // map is not built), one system call tells, not the probe's file reads (a process
+  // that never allocates, /bin/true, pays nothing more).
+  if (g_config.topology == TopologySource::kAuto &&
+      (count_.load(std::memory_order_acquire) ? node_count() : os::allowed_nodes()) <= 1)
     return false;
   static Topology t;  // 4 KiB: not on the constructor's stack
   char why[160];
@@ -149,12 +162,7 @@ bool topology_adopt_hwloc() {
       os::print_stderr("uslab: topology=hwloc: %s; using the probe's topology\n", why);
     return false;
   }
-  // A synthetic topology may describe no caches: the machine's sizes stay.
-  const Topology& probed = topology_in_use();
-  if (!t.l1d.bytes) t.l1d = probed.l1d;
-  if (!t.l2.bytes) t.l2 = probed.l2;
-  if (!t.l3.bytes) t.l3 = probed.l3;
-  topology_adopt(t);
+  topology_adopt(t);  // a synthetic topology may describe no caches: they are probed
   return true;
 }
 

@@ -138,6 +138,17 @@ bool bind_node(void* p, size_t bytes, unsigned node) {
                   (long)(sizeof mask * 8 + 1), 0) == 0;
 }
 
+unsigned allowed_nodes() {
+  constexpr long kMemsAllowed = 4;  // MPOL_F_MEMS_ALLOWED
+  unsigned long mask[16] = {};      // 1024 nodes, the kernel's largest MAX_NUMNODES
+  if (syscall6(SYS_get_mempolicy, 0, (long)mask, (long)(sizeof mask * 8), 0, kMemsAllowed) != 0)
+    return 0;
+  unsigned n = 0;
+  for (unsigned long w : mask)
+    for (; w; w &= w - 1) n++;
+  return n;
+}
+
 int dup_high(int fd) {
   long r = syscall6(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 100);
   return r < 0 ? -1 : (int)r;

@@ -36,6 +36,9 @@ void purge(void* p, size_t bytes);
 // (mbind, MPOL_PREFERRED: another node when that one is full, never an OOM); false
 // when the kernel refuses (no such node, no NUMA support).
 bool bind_node(void* p, size_t bytes, unsigned node);
+// NUMA nodes whose memory this process may use (get_mempolicy, MPOL_F_MEMS_ALLOWED:
+// one system call, no file); 0 when the kernel does not say.
+unsigned allowed_nodes();
 
 void futex_wait(const uint32_t* addr, uint32_t expected);
 void futex_wake(const uint32_t* addr, int count);

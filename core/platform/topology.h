@@ -4,10 +4,13 @@
 // (test/unit/topology_test.cc checks that they do on the machine it runs on):
 //  - the probe (topology_probe.cc): sysfs read with raw syscalls, sched_getaffinity
 //    and cpuid; no malloc, no libc wrapper, safe before constructors. Its basic form
-//    (possible CPUs, the NUMA nodes and CPU → node map, cache sizes from cpuid) is
-//    what start-up pays: two small sysfs reads on a machine with one node. The full
-//    form adds the online and allowed CPUs and how many CPUs share each cache, for
-//    `uslab topology`, the stats and the agreement test.
+//    (possible CPUs, the NUMA nodes and CPU → node map) is what start-up pays: two
+//    small sysfs reads on a machine with one node. Cache sizes come separately, from
+//    cpuid, when the first allocation sizes the per-CPU caches (in a VM each cpuid
+//    traps: ~10 µs for the probe, which a process that never allocates, /bin/true,
+//    does not pay). The full form adds the cache sizes, the online and allowed CPUs
+//    and how many CPUs share each cache, for `uslab topology`, the stats and the
+//    agreement test.
 //  - hwloc (topology_hwloc.cc), loaded with dlopen only when asked for, so that
 //    libuslab.so never needs it to load. hwloc costs milliseconds and allocates
 //    through the process's malloc, so the allocator runs it only from its
@@ -46,8 +49,11 @@ struct Topology {
   uint32_t cpus_of_node(uint32_t n) const;
 };
 
-// The probe: `full` adds online/allowed CPUs and cache sharing (sysfs reads).
+// The probe: `full` adds the caches, online/allowed CPUs and cache sharing.
 void topology_probe(Topology* t, bool full);
+// Fills t's cache sizes as CPU `cpu` sees them (cpuid, else sysfs) and, with
+// `sharing`, how many CPUs share each (sysfs).
+void topology_probe_caches(Topology* t, uint32_t cpu, bool sharing);
 
 // hwloc, loaded with dlopen (never from inside an allocation): false with the reason
 // in `why` when the library is missing, of another major version, or fails to load.

@@ -187,8 +187,12 @@ void topology_probe(Topology* t, bool full) {
     affinity(&allowed);
     t->cpus_allowed = allowed;
   }
-  if (!cpuid_caches(t)) sysfs_caches(t, first, true, false);
-  if (full) sysfs_caches(t, first, false, true);
+  if (full) topology_probe_caches(t, first, true);
+}
+
+void topology_probe_caches(Topology* t, uint32_t cpu, bool sharing) {
+  if (!cpuid_caches(t)) sysfs_caches(t, cpu, true, false);
+  if (sharing) sysfs_caches(t, cpu, false, true);
 }
 
 size_t topology_diff(const Topology& a, const Topology& b, char* out, size_t cap) {

@@ -80,7 +80,8 @@ TEST_CASE("the start-up probe and the full probe agree") {
   cpu_set_t set;
   REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
   REQUIRE(static_cast<int>(g_b.cpus_allowed) == CPU_COUNT(&set));
-  REQUIRE(g_a.l2.bytes > 0);  // the per-CPU budget is derived from it
+  REQUIRE(g_b.l2.bytes > 0);
+  REQUIRE(topology_in_use().l2.bytes == g_b.l2.bytes);  // the per-CPU budget's source
 }
 
 TEST_CASE("the probe and hwloc agree on this machine") {
@@ -156,6 +157,13 @@ TEST_CASE("with more CPUs than shards, a shard takes several CPUs of one node") 
     cpus_in[shard_of_cpu(c)]++;
   }
   for (unsigned sh = 0; sh < kMaxShards; sh++) REQUIRE(cpus_in[sh] <= 4);
+}
+
+TEST_CASE("the nodes a process may use, from one system call") {
+  topology_probe(&g_a, false);
+  unsigned n = os::allowed_nodes();
+  REQUIRE(n >= 1);
+  REQUIRE(n <= g_a.nodes);  // a cpuset may allow fewer nodes than the machine has
 }
 
 TEST_CASE("memory is bound to a node through mbind") {
