@@ -27,6 +27,9 @@ Benchmarks (default: all):
   startup       start-up cost: 500 runs of /bin/true and of python3 -c pass with each
                 allocator preloaded (the launcher itself is not), and with an empty
                 library preloaded (the floor); median wall time of a run, against glibc
+  thp           a 256 MiB heap of 64-byte objects walked in a random cycle: ns per
+                step (TLB misses), peak RSS and AnonHugePages, uslab with and
+                without transparent huge pages
   numa          cross-node producer/consumer: one pair of xthread, producer and
                 consumer pinned to CPUs of two NUMA nodes (on a machine with one
                 node, uslab also runs with hwloc's synthetic 2 nodes)
@@ -268,6 +271,34 @@ def bench_numa(args, allocs, out):
         print(f"| {a} | {ops / 1e6:.1f} | {rss / 1024:.1f} MiB | {ops / jem:.2f}× ops |")
     print()
     out["numa"] = results
+
+
+def bench_thp(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "tlb")
+    peers = dict(allocs)
+    peers["uslab thp=false"] = allocs["uslab"]
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        mode = f.read().strip()
+    results = {}
+
+    def one(a, lib):
+        env = {"USLAB_CONF": "thp=false"} if a == "uslab thp=false" else None
+        results.setdefault(a, []).extend(run_json([exe, str(4 << 20), str(20 << 20)], lib, env))
+
+    alternate(peers, args.rounds, one)
+    print(f"Command: tools/uslab bench thp --rounds {args.rounds} (4M objects of 64 bytes, 256 "
+          f"MiB, linked in a random cycle and followed 20M times; THP setting: {mode})\n")
+    print("| allocator | ns per step | setup s | peak RSS | AnonHugePages | vs jemalloc |")
+    print("|---|---|---|---|---|---|")
+    med = {a: {k: statistics.median(r[k] for r in runs)
+               for k in ("ns_per_step", "setup_s", "peak_rss_kib", "anon_huge_kib")}
+           for a, runs in results.items()}
+    for a, m in med.items():
+        print(f"| {a} | {m['ns_per_step']:.1f} | {m['setup_s']:.2f} | "
+              f"{m['peak_rss_kib'] / 1024:.0f} MiB | {m['anon_huge_kib'] / 1024:.0f} MiB | "
+              f"{m['ns_per_step'] / med['jemalloc']['ns_per_step']:.2f}× time |")
+    print()
+    out["thp"] = results
 
 
 def bench_deferred(args, allocs, out):
@@ -566,7 +597,7 @@ def main():
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions",
-             "deferred", "rss", "bigblocks", "startup", "numa"]
+             "deferred", "rss", "bigblocks", "startup", "numa", "thp"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -613,6 +644,8 @@ def main():
             bench_startup(args, allocs, out)
         elif name == "numa":
             bench_numa(args, allocs, out)
+        elif name == "thp":
+            bench_thp(args, allocs, out)
         else:
             bench_instructions(args, allocs, out)
     if args.json:

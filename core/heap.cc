@@ -463,6 +463,7 @@ Stats stats() {
   st.free_bytes = ph.free_bytes;
   st.dirty_bytes = ph.dirty_bytes;
   st.purged_bytes = ph.purged_bytes;
+  st.huge_segments = ph.huge_segments;
   st.allocated = st.small_allocated + st.large_allocated + st.huge_allocated;
   st.active = st.small_slab_bytes + st.large_allocated + st.huge_allocated;
   st.resident = st.mapped - (st.free_bytes - st.dirty_bytes) + st.metadata;
@@ -558,8 +559,13 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       "kept for reuse\n",
       st.large_allocated, st.huge_count, st.huge_allocated, huge_cache_bytes());
   out("pages: %zu mapped, %zu resident (estimate), %zu free (%zu dirty), %zu returned to the "
-      "OS, %zu metadata\n",
-      st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
+      "OS, %zu metadata; %zu segments advised huge pages (THP %s)\n",
+      st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata,
+      st.huge_segments,
+      !g_config.thp                               ? "off: thp=false"
+      : os::thp_mode() == os::ThpMode::kNever     ? "off: the system's setting is never"
+      : os::thp_mode() == os::ThpMode::kMadvise   ? "on, system setting madvise"
+                                                  : "on, system setting always");
   out("deferred: %zu objects pending (%zu bytes in %zu sealed blocks, %zu chained), "
       "%zu freed in %zu blocks, %zu grace periods (%s)\n",
       d.objects_pending, d.bytes_waiting, d.blocks, d.emergency_objects, (size_t)d.objects_freed,

@@ -72,7 +72,11 @@ Span* PageHeap::find_free(size_t npages) {
 Span* PageHeap::grow_heap() {
   Span* s = new_span_desc();
   if (!s) return nullptr;
-  Segment* seg = segment_create_normal();
+  // Transparent huge pages (page_heap.h): a big heap's new segment is advised to use
+  // them, a small heap's is kept off them under the "always" setting.
+  const bool thp = g_config.thp && os::thp_mode() != os::ThpMode::kNever;
+  const bool big = segments_ >= kThpMinSegments;
+  Segment* seg = segment_create_normal(thp && (big || os::thp_mode() == os::ThpMode::kAlways), big);
   if (!seg) {
     descs_.free(s);
     return nullptr;
@@ -80,6 +84,7 @@ Span* PageHeap::grow_heap() {
   seg->heap = index();
   if (index() != kPrivate) bind_to_shard_node(seg, kSegmentSize, index());
   segments_++;
+  if (seg->huge) huge_segments_++;
   s->segment = seg;
   s->first_page = 1;
   s->npages = kMaxPages;
@@ -167,6 +172,7 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   s->prev = s->next = nullptr;
   s->segment->used_pages += s->npages;
   if (kind == SpanKind::kLarge) large_pages_ += s->npages;
+  if (s->segment->used_pages == kMaxPages && !s->segment->huge) advise_huge(s->segment, true);
   return s;
 }
 
@@ -252,6 +258,7 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
   s->npages += static_cast<uint32_t>(extra);
   seg->used_pages += static_cast<uint32_t>(extra);
   large_pages_ += extra;
+  if (seg->used_pages == kMaxPages && !seg->huge) advise_huge(seg, true);
   set_bounds(s);
   return true;
 }
@@ -303,12 +310,14 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
         if (s->dirty) purged += s->bytes();
         segments_--;
         Segment* seg = s->segment;
+        if (seg->huge) huge_segments_--;
         descs_.free(s);
         segment_destroy(seg);
         continue;
       }
       if (!s->dirty) continue;
       USLAB_PROBE(page_purge, s->start, s->bytes());
+      if (s->segment->huge) advise_huge(s->segment, false);  // see page_heap.h
       os::purge(s->start, s->bytes());
       dirty_pages_ -= s->npages;
       s->dirty = 0;
@@ -324,7 +333,14 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
 PageHeapStats PageHeap::stats() {
   LockGuard g(lock_);
   return PageHeapStats{segments_, free_pages_ << kPageShift, dirty_pages_ << kPageShift,
-                       large_pages_ << kPageShift, purged_bytes_};
+                       large_pages_ << kPageShift, purged_bytes_, huge_segments_};
+}
+
+void PageHeap::advise_huge(Segment* seg, bool huge) {
+  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) return;
+  if (!os::advise_huge(seg, kSegmentSize, huge) || huge == seg->huge) return;
+  seg->huge = huge;
+  huge ? huge_segments_++ : huge_segments_--;
 }
 
 size_t page_heap_purge_all(bool all) {

@@ -20,6 +20,18 @@
 // never hold a central-list lock while calling in (order: central → page heap →
 // descriptor pool → MetaArena → PageMap).
 //
+// Transparent huge pages (the `thp` option, where the system's setting is not
+// "never"): a segment is advised MADV_HUGEPAGE when it is dense — all its pages in use
+// (khugepaged then collapses it in the background) — or, once its heap has
+// kThpMinSegments segments, when it is created (a heap that big fills its segments;
+// their pages then fault in 2 MiB at a time). A purge in an advised segment first
+// advises it MADV_NOHUGEPAGE: the returned pages split off their huge page, and
+// khugepaged (which with max_ptes_none = 511 collapses a range holding a single
+// page) cannot fill the range back to 2 MiB: that refill is the RSS blow-up of THP.
+// Under the "always" setting, a segment of a small heap is advised MADV_NOHUGEPAGE
+// when it is created, for the same reason: a program with a 100 KiB heap would
+// otherwise hold 2 MiB pages. Segments are advised whole: one VMA per segment at most.
+//
 // Invariants: a free span's page-map entries are set at its first and last page and
 // null inside; an allocated span's are set at its first and last page (slabs set the
 // pages between themselves). Pages of a clean (dirty == 0) free span read as zero.
@@ -41,9 +53,11 @@ struct PageHeapStats {
   size_t dirty_bytes;      // free but possibly resident
   size_t large_bytes;      // in large spans handed out
   size_t purged_bytes;     // returned to the OS so far (cumulative)
+  size_t huge_segments;    // advised MADV_HUGEPAGE
 
   PageHeapStats& operator+=(const PageHeapStats& o) {
     segments += o.segments;
+    huge_segments += o.huge_segments;
     free_bytes += o.free_bytes;
     dirty_bytes += o.dirty_bytes;
     large_bytes += o.large_bytes;
@@ -58,6 +72,7 @@ class alignas(64) PageHeap {
   static constexpr size_t kMaxExact = 128;
   static constexpr size_t kMaxPages = kPagesPerSegment - 1;  // usable pages per segment
   static constexpr size_t kStealReserve = 64;                 // 512 KiB
+  static constexpr size_t kThpMinSegments = 4;                // 16 MiB
 
   // A span of `npages` whose first page is aligned to `align_pages` (a power of two),
   // marked `kind` (kSlab or kLarge). *zeroed tells whether its pages read as zero.
@@ -99,6 +114,7 @@ class alignas(64) PageHeap {
   void maybe_purge(uint64_t now);
   size_t purge_locked(uint64_t now, bool all);
   Span* new_span_desc();
+  void advise_huge(Segment* seg, bool huge);
   static constexpr unsigned kPrivate = ~0u;
   unsigned index() const;  // in g_page_heap, or kPrivate
 
@@ -107,6 +123,7 @@ class alignas(64) PageHeap {
   IntrusiveList<Span> lists_[kMaxExact + 1];
   uint64_t nonempty_[kMaxExact / 64] = {};
   size_t segments_ = 0;
+  size_t huge_segments_ = 0;
   size_t free_pages_ = 0;
   size_t dirty_pages_ = 0;
   size_t large_pages_ = 0;

@@ -35,9 +35,10 @@ void PageMap::release_segment(const void* base) {
   os::purge(&leaf->e[(a >> kPageShift) & ((uintptr_t{1} << kLeafBits) - 1)], os::kOsPage);
 }
 
-Segment* segment_create_normal() {
+Segment* segment_create_normal(bool advise, bool huge) {
   void* mem = os::map_aligned(kSegmentSize, kSegmentSize);
   if (!mem) return nullptr;
+  bool advised = advise && os::advise_huge(mem, kSegmentSize, huge);
   if (!PageMap::reserve(mem, kSegmentSize)) {
     os::unmap(mem, kSegmentSize);
     return nullptr;
@@ -45,6 +46,7 @@ Segment* segment_create_normal() {
   Segment* seg = static_cast<Segment*>(mem);  // fresh mapping: header is zero
   seg->kind = SegmentKind::kNormal;
   seg->mapped_bytes = kSegmentSize;
+  seg->huge = advised && huge;
   g_segment_bytes.fetch_add(kSegmentSize, std::memory_order_relaxed);
   return seg;
 }

@@ -85,6 +85,7 @@ struct Segment {
   Span* huge_span;      // huge: the one large object
   uint32_t heap;        // normal: the shard whose page heap carves it (page_heap.h;
                         // PageHeap::kPrivate for a unit test's private heap)
+  bool huge;            // normal: advised MADV_HUGEPAGE (page_heap.h; its heap's lock)
 
   char* base() { return reinterpret_cast<char*>(this); }
   char* page_addr(size_t page) { return base() + (page << kPageShift); }
@@ -139,7 +140,11 @@ class PageMap {
 };
 
 // Create a normal segment (header initialised, page-map leaves reserved).
-Segment* segment_create_normal();
+// With `advise`, the mapping is advised MADV_HUGEPAGE (`huge`) or MADV_NOHUGEPAGE
+// before its header is written: the header's write would otherwise fault a 4 KiB
+// page into the first 2 MiB and keep that half off huge pages. Segment::huge tells
+// whether MADV_HUGEPAGE took.
+Segment* segment_create_normal(bool advise = false, bool huge = false);
 // Create a huge segment holding one large object of `bytes` aligned to `align`.
 // The returned segment's huge_span describes the object.
 Segment* segment_create_huge(size_t bytes, size_t align, Span* span);

@@ -86,6 +86,8 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_bool(v, vlen, &cfg.membarrier);
   } else if (key_is(k, klen, "background_thread")) {
     ok = parse_bool(v, vlen, &cfg.background_thread);
+  } else if (key_is(k, klen, "thp")) {
+    ok = parse_bool(v, vlen, &cfg.thp);
   } else if (key_is(k, klen, "topology")) {
     ok = true;
     if (key_is(v, vlen, "auto")) cfg.topology = TopologySource::kAuto;

@@ -29,6 +29,7 @@ struct Config {
   bool membarrier = true;       // writers fence readers with membarrier (false: readers fence)
   bool background_thread = false;  // a thread that returns memory and frees deferred objects
   TopologySource topology = TopologySource::kAuto;
+  bool thp = true;              // transparent huge pages for dense segments (page_heap.h)
 };
 
 // The process-wide options; valid after config_init().

@@ -3,6 +3,7 @@
 #include "core/platform/os.h"
 #include "core/platform/mutex.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <fcntl.h>
@@ -83,6 +84,28 @@ void* fail_nomem() {
 void unmap(void* p, size_t bytes) { syscall6(SYS_munmap, (long)p, (long)bytes); }
 
 void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
+
+ThpMode thp_mode() {
+  // 0: not read yet; else the mode + 1. Racing first readers read the same file.
+  static constinit std::atomic<uint8_t> mode{0};
+  uint8_t m = mode.load(std::memory_order_relaxed);
+  if (m) return static_cast<ThpMode>(m - 1);
+  char buf[128];
+  long n = read_file("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf - 1);
+  ThpMode t = ThpMode::kNever;  // no file: a kernel without THP
+  if (n > 0) {
+    buf[n] = 0;
+    const char* sel = __builtin_strstr(buf, "[");  // the selected word is bracketed
+    if (sel && sel[1] == 'a' && sel[2] == 'l') t = ThpMode::kAlways;
+    else if (sel && sel[1] == 'm') t = ThpMode::kMadvise;
+  }
+  mode.store(static_cast<uint8_t>(static_cast<uint8_t>(t) + 1), std::memory_order_relaxed);
+  return t;
+}
+
+bool advise_huge(void* p, size_t bytes, bool huge) {
+  return syscall6(SYS_madvise, (long)p, (long)bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0;
+}
 
 void futex_wait(const uint32_t* addr, uint32_t expected) {
   syscall6(SYS_futex, (long)addr, FUTEX_WAIT_PRIVATE, expected, 0);

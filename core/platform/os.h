@@ -31,6 +31,11 @@ void* map_aligned(size_t bytes, size_t align);
 void unmap(void* p, size_t bytes);
 // Return pages to the OS; the range reads as zero afterwards.
 void purge(void* p, size_t bytes);
+// Transparent huge pages: the system's setting (/sys/kernel/mm/transparent_hugepage/
+// enabled, read once), and madvise(MADV_HUGEPAGE or MADV_NOHUGEPAGE) on a range.
+enum class ThpMode : uint8_t { kNever, kMadvise, kAlways };
+ThpMode thp_mode();
+bool advise_huge(void* p, size_t bytes, bool huge);
 
 // Asks the kernel to place the pages of [p, p + bytes) on NUMA node `node`
 // (mbind, MPOL_PREFERRED: another node when that one is full, never an OOM); false

@@ -1,7 +1,10 @@
 // Page heap: span allocation, alignment, coalescing, in-place growth and shrinking,
 // and purging (decay) — on a private PageHeap so the global heap's state is irrelevant.
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "core/alloc/alloc.h"
 
@@ -158,4 +161,79 @@ TEST_CASE("a wholly free segment goes with its page-map entries") {
   REQUIRE(ph.stats().segments == 0);
   REQUIRE(PageMap::entry(first) == 0);
   REQUIRE(PageMap::entry(first + (PageHeap::kMaxPages - 1) * kPageSize) == 0);
+}
+
+namespace {
+
+// The VmFlags line of the mapping holding p in /proc/self/smaps ("hg": advised
+// MADV_HUGEPAGE, "nh": MADV_NOHUGEPAGE).
+std::string vm_flags(const void* p) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  REQUIRE(f != nullptr);
+  char line[512];
+  bool inside = false;
+  std::string flags;
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line
+      inside = lo <= a && a < hi;
+    } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+      flags = line + 8;
+      break;
+    }
+  }
+  fclose(f);
+  return flags;
+}
+
+bool has_flag(const std::string& flags, const char* f) {
+  return (" " + flags + " ").find(std::string(" ") + f + " ") != std::string::npos ||
+         flags.find(std::string(" ") + f + "\n") != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("dense segments are advised huge pages; a purge takes the advice back") {
+  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) {
+    WARN("transparent huge pages are off on this system");
+    return;
+  }
+  PageHeap ph;
+  bool z;
+  const size_t half = PageHeap::kMaxPages / 2;
+  Span* a = ph.alloc(half, 1, SpanKind::kLarge, &z);
+  Segment* seg = a->segment;
+  REQUIRE_FALSE(seg->huge);  // half used: not dense
+  REQUIRE_FALSE(has_flag(vm_flags(seg), "hg"));
+  Span* b = ph.alloc(PageHeap::kMaxPages - half, 1, SpanKind::kLarge, &z);
+  REQUIRE(b->segment == seg);
+  REQUIRE(seg->huge);  // every page in use
+  REQUIRE(has_flag(vm_flags(seg), "hg"));
+  REQUIRE(ph.stats().huge_segments == 1);
+  memset(b->start, 1, b->bytes());
+  ph.free(b);
+  REQUIRE(ph.purge(true) == b->bytes());
+  // The purge split the range off its huge pages; khugepaged must not refill it.
+  REQUIRE_FALSE(seg->huge);
+  REQUIRE(has_flag(vm_flags(seg), "nh"));
+  REQUIRE(ph.stats().huge_segments == 0);
+  b = ph.alloc(PageHeap::kMaxPages - half, 1, SpanKind::kLarge, &z);
+  REQUIRE(seg->huge);  // dense again
+  REQUIRE(has_flag(vm_flags(seg), "hg"));
+
+  // A heap of kThpMinSegments segments advises the next one when it maps it.
+  std::vector<Span*> full = {a, b};
+  while (ph.stats().segments < PageHeap::kThpMinSegments)
+    full.push_back(ph.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z));
+  Span* one = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  REQUIRE(ph.stats().segments == PageHeap::kThpMinSegments + 1);
+  REQUIRE(one->segment->huge);
+  REQUIRE(has_flag(vm_flags(one->segment), "hg"));
+  REQUIRE(ph.stats().huge_segments == PageHeap::kThpMinSegments + 1);
+  ph.free(one);
+  for (Span* s : full) ph.free(s);
+  ph.purge(true);
+  REQUIRE(ph.stats().segments == 0);
+  REQUIRE(ph.stats().huge_segments == 0);
 }
