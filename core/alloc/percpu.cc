@@ -311,6 +311,7 @@ void percpu_remote_flush(const uint64_t* entries, size_t n) {
     for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++) groups[g].next = static_cast<uint16_t>(at);
     for (size_t i = 0; i < k; i++)
       objs[groups[which[i]].next++] = reinterpret_cast<void*>(e[i] & kAddress);
+    USLAB_PROBE(remote_flush, k, ng);
     for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++) {
       unsigned cls = groups[g].key & 127, shard = groups[g].key >> 7;
       note_remote_node_frees(node_of_shard(shard), groups[g].count);

@@ -7,7 +7,8 @@
 // Probes: sheaf_refill (class, objects), sheaf_drain (class, objects), slab_grow
 // (class, slab), slab_release (class, slab), page_purge (address, bytes),
 // large_alloc (bytes, alignment), deferred_batch (objects, grace-period stamp): a
-// batch of deferred frees given back after its grace period.
+// batch of deferred frees given back after its grace period, remote_flush (objects,
+// groups): a CPU's remote-node buffer flushed to the nodes that own its objects.
 #pragma once
 
 #if defined(__has_include) && __has_include(<sys/sdt.h>)

@@ -28,7 +28,7 @@ total=$((total+1))
 [ "$needed" = "libc.so.6" ] || { echo "libuslab.so needs more than libc: $needed"; fail=$((fail+1)); }
 # USDT probes on the slow paths (core/platform/probe.h), as readelf lists them.
 probes=$(readelf -n "$lib" | awk '/^ *Name: /{print $2}')
-for p in sheaf_refill sheaf_drain slab_grow slab_release page_purge large_alloc deferred_batch; do
+for p in sheaf_refill sheaf_drain slab_grow slab_release page_purge large_alloc deferred_batch remote_flush; do
   total=$((total+1))
   grep -qx "$p" <<<"$probes" || { echo "missing USDT probe: $p"; fail=$((fail+1)); }
 done
