@@ -666,12 +666,12 @@ bool stats_at_exit() {
 void die(const char* message) { os::fatal("uslab: %s\n", message); }
 
 // Lock order: deferred-free slots and queue, thread-cache registry, CPU locks, depots, central lists, huge cache, page heap,
-// metadata pools, arena, segment map.
+// metadata pools, arena, segment map, the shard map (shard.h).
 // A lock this thread already holds (fork from a signal handler that interrupted a
 // slow path) is skipped rather than deadlocked on; the child resets every lock.
 namespace {
 
-constexpr size_t kForkLocks = 2 * kMaxShards * (kMaxClasses - 1) + 3 * kMaxShards + 5;
+constexpr size_t kForkLocks = 2 * kMaxShards * (kMaxClasses - 1) + 3 * kMaxShards + 6;
 Mutex* g_fork_locks[kForkLocks];
 bool g_fork_taken[kForkLocks];
 
@@ -690,6 +690,7 @@ size_t collect_fork_locks() {
   for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &depot_sheaf_pool_lock(sh);
   g_fork_locks[n++] = &g_meta_arena.lock();
   g_fork_locks[n++] = &PageMap::lock();
+  g_fork_locks[n++] = &shard_map_lock();
   return n;
 }
 

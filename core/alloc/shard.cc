@@ -118,6 +118,8 @@ void bind_to_shard_node(void* p, size_t bytes, unsigned sh) {
   if (bind_.load(std::memory_order_relaxed)) os::bind_node(p, bytes, node_of_shard(sh));
 }
 
+Mutex& shard_map_lock() { return map_lock_; }
+
 void note_remote_node_frees(unsigned node, uint64_t n) {
   remote_frees_[node % kTopoMaxNodes].fetch_add(n, std::memory_order_relaxed);
 }

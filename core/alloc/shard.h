@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/platform/mutex.h"
 #include "core/platform/os.h"
 #include "core/platform/topology.h"
 
@@ -81,6 +82,9 @@ const Topology& topology_in_use();
 bool topology_adopt_hwloc();
 // Rebuilds the map from t (tests and topology_adopt_hwloc).
 void topology_adopt(const Topology& t);
+// The lock that serialises building the map and probing the caches: taken by the
+// fork handlers (innermost: it is taken under other locks, never the reverse).
+Mutex& shard_map_lock();
 
 // fn(shard) summed over the shards in use (a statistics struct with +=).
 template <typename Fn>
