@@ -57,13 +57,34 @@ void* map(size_t bytes) {
   return failed(r) ? nullptr : reinterpret_cast<void*>(r);
 }
 
+// A mapping at exactly `at`, or nullptr (something is there; with kernels before
+// 4.17, which ignore MAP_FIXED_NOREPLACE, the hint may be moved: then refused too).
+static void* map_at(uintptr_t at, size_t bytes) {
+#ifndef MAP_FIXED_NOREPLACE
+  constexpr long MAP_FIXED_NOREPLACE = 0x100000;
+#endif
+  long r = syscall6(SYS_mmap, (long)at, (long)bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (failed(r)) return nullptr;
+  if ((uintptr_t)r == at) return reinterpret_cast<void*>(r);
+  unmap(reinterpret_cast<void*>(r), bytes);
+  return nullptr;
+}
+
 void* map_aligned(size_t bytes, size_t align) {
   if (align <= kOsPage) return map(bytes);
   // Try exact first: the kernel often hands out aligned addresses for large sizes.
   char* p = static_cast<char*>(map(bytes));
   if (!p) return nullptr;
-  if ((reinterpret_cast<uintptr_t>(p) & (align - 1)) == 0) return p;
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if ((a & (align - 1)) == 0) return p;
   unmap(p, bytes);
+  // Then the aligned addresses on either side of the hole the kernel picked: no
+  // over-sized mapping, whose transient extra `align` bytes fail under an RLIMIT_AS
+  // that still has room for `bytes` (the edge an out-of-memory program lives at).
+  uintptr_t down = a & ~(uintptr_t)(align - 1);
+  if (void* q = map_at(down, bytes)) return q;
+  if (void* q = map_at(down + align, bytes)) return q;
   size_t over = bytes + align - kOsPage;
   if (over < bytes) return nullptr;
   p = static_cast<char*>(map(over));

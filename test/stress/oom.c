@@ -97,12 +97,14 @@ int main(void) {
     }
     release(nl, 1 << 20);
     malloc_trim(0);
-    /* Everything works again, large and small. Nearly as many large blocks fit: span
-     * descriptors made during the small blocks' exhaustion live in 256 KiB chunks
-     * wherever address space was left, and the few chunks that still hold live
-     * descriptors can each keep a 4 MiB segment from fitting (3 of 75 in 1 run of 30). */
+    /* Everything works again, large and small, and as many large blocks fit, give or
+     * take one segment's worth (3 blocks of 1 MiB): the page heaps' descriptor pools
+     * map 256 KiB chunks when they fill, and whether one is mapped just before the
+     * last segment decides whether that segment still fits under the limit (VmSize at
+     * exhaustion: 127056 or 123216 KiB, one segment less one chunk, over 10 runs). */
     int again = exhaust(1 << 20);
-    CHECK(again >= nl - nl / 16);
+    if (again != nl) fprintf(stderr, "oom: %d large blocks after recovery, %d before\n", again, nl);
+    CHECK(again >= nl - 3);
     release(again, 1 << 20);
     void *v = malloc(100);
     CHECK(v != NULL);

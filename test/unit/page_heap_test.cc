@@ -1,6 +1,8 @@
 // Page heap: span allocation, alignment, coalescing, in-place growth and shrinking,
 // and purging (decay) — on a private PageHeap so the global heap's state is irrelevant.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -236,4 +238,34 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   ph.purge(true);
   REQUIRE(ph.stats().segments == 0);
   REQUIRE(ph.stats().huge_segments == 0);
+}
+
+TEST_CASE("an aligned mapping needs no more address space than its size") {
+  // A segment S, then 2 MiB right below it (mmap places new mappings top-down): the
+  // kernel's first choice for the next 4 MiB is then 2 MiB off alignment. With room
+  // for 5 MiB under RLIMIT_AS, the aligned neighbour must be taken directly: an
+  // over-sized mapping (4 MiB + the alignment) would not fit.
+  void* s = os::map_aligned(kSegmentSize, kSegmentSize);
+  REQUIRE(s != nullptr);
+  void* gap = os::map(size_t{2} << 20);
+  REQUIRE(gap != nullptr);
+  struct rlimit old;
+  REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+  long vm_kib = 0;
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %ld", &vm_kib) == 1) break;
+  if (f) fclose(f);
+  REQUIRE(vm_kib > 0);
+  struct rlimit tight = old;
+  tight.rlim_cur = (static_cast<rlim_t>(vm_kib) << 10) + (size_t{5} << 20);
+  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
+  void* p = os::map_aligned(kSegmentSize, kSegmentSize);
+  setrlimit(RLIMIT_AS, &old);
+  REQUIRE(p != nullptr);
+  REQUIRE(reinterpret_cast<uintptr_t>(p) % kSegmentSize == 0);
+  os::unmap(p, kSegmentSize);
+  os::unmap(gap, size_t{2} << 20);
+  os::unmap(s, kSegmentSize);
 }
