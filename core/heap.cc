@@ -284,6 +284,12 @@ struct SlabRange {
   }
 };
 
+// The first index from i on whose pointer is not an object of `slab` (n if none).
+inline size_t scan_slab(const SlabRange slab, void* const* ptrs, size_t i, size_t n) {
+  while (i < n && slab.holds(ptrs[i])) i++;
+  return i;
+}
+
 // Frees ptrs[0..n), a run of validated objects of class cls (none: nothing to do): a
 // short one through the single-object push, which costs less than a batch section.
 inline void free_run(unsigned cls, void* const* ptrs, size_t n) {
@@ -319,6 +325,10 @@ void free_bulk(size_t n, void* const* ptrs) {
   bool poison = false;
   size_t run = 0;  // the run is ptrs[run, i)
   for (size_t i = 0; i < n; i++) {
+    if (!poison) {  // the common case: a tight scan with the slab's fields in registers
+      i = scan_slab(slab, ptrs, i, n);
+      if (i == n) break;
+    }
     void* p = ptrs[i];
     if (__builtin_expect(!slab.holds(p), 0)) {
       unsigned cls;
@@ -392,10 +402,15 @@ void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
   // end a run. As in free_bulk, a freed run's slab is not trusted afterwards.
   SlabRange slab;
   size_t run = 0;
+  const bool poison = c->flags & kCachePoison;
   for (size_t i = 0; i < n; i++) {
+    if (!poison) {  // as in free_bulk: neighbours in the slab need nothing more
+      i = scan_slab(slab, ptrs, i, n);
+      if (i == n) break;
+    }
     void* p = ptrs[i];
     if (p && belongs(c, p, &slab)) {
-      obj_cache_on_free(c, p);
+      if (poison) obj_cache_on_free(c, p);
       continue;
     }
     free_run(c->cls, ptrs + run, i - run);
