@@ -199,7 +199,9 @@ void* realloc(void* p, size_t size) {
 }
 
 size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
-  if (!percpu_decided()) percpu_decide();  // a program whose first allocation is a bulk one
+  // A program whose first allocation is a bulk one decides the front end here (once
+  // g_percpu is set, no call).
+  if (__builtin_expect(!g_percpu, 0) && !percpu_decided()) percpu_decide();
   size_t got = n && g_percpu ? percpu_take(cls, out, n) : 0;
   while (got < n) {
     size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
