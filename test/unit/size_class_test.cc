@@ -34,9 +34,13 @@ TEST_CASE("classes are increasing and 16-byte multiples from 16 up") {
 TEST_CASE("slab geometry fits the bitmap and the slab") {
   for (unsigned c = 1; c < kNumClasses; c++) {
     const SizeClassInfo& i = kClassInfo[c];
-    // 8 objects or more, except that objects above 8 KiB get slabs of about 64 KiB.
-    REQUIRE(i.objects >= (i.size <= 8192 ? 8u : 2u));
-    if (i.size > 8192) REQUIRE(size_t{i.slab_pages} * kPageSize <= 65536 + i.size);
+    // 8 objects or more, except that objects above 4 KiB get shorter slabs (at least
+    // 2 objects; one survivor pins a slab), of at most about 64 KiB.
+    REQUIRE(i.objects >= (i.size <= 4096 ? 8u : 2u));
+    if (i.size > 4096) {
+      REQUIRE(i.objects >= 32768 / i.size);
+      REQUIRE(size_t{i.slab_pages} * kPageSize <= 65536 + i.size);
+    }
     REQUIRE(i.objects <= kMaxSlabObjects);
     REQUIRE(size_t{i.objects} * i.size <= size_t{i.slab_pages} * kPageSize);
     REQUIRE(i.slab_pages <= kMaxSlabPages);
