@@ -2,11 +2,11 @@
 //
 // Layering (snmalloc-style include rule; each layer includes only the ones below it,
 // each through its umbrella header):
-//   core/platform/platform.h   raw syscalls, Mutex, configuration, rseq, CPU probe,
-//                              USDT probes
+//   core/platform/platform.h   raw syscalls, Mutex, configuration, rseq, the
+//                              topology providers (probe, hwloc), USDT probes
 //   core/ds/ds.h               heap geometry, size classes, intrusive lists
-//   core/alloc/alloc.h         segments, page heap, central lists, depots, per-CPU
-//                              sheaves, thread caches, object caches
+//   core/alloc/alloc.h         shards and nodes, segments, page heap, central lists,
+//                              depots, per-CPU sheaves, thread caches, object caches
 //   core/heap.h                this facade (with core/deferred.h, the deferred frees
 //                              built on it)
 //

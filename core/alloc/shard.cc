@@ -5,10 +5,6 @@
 
 #include <atomic>
 
-#include "core/platform/config.h"
-#include "core/platform/mutex.h"
-#include "core/platform/os.h"
-
 namespace uslab {
 
 constinit uint8_t g_cpu_shard[kTopoMaxCpus];

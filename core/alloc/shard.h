@@ -29,9 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/platform/mutex.h"
-#include "core/platform/os.h"
-#include "core/platform/topology.h"
+#include "core/platform/platform.h"
 
 namespace uslab {
 
