@@ -528,10 +528,9 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     RemoteNodeStats rs;
     percpu_remote_stats(&rs);
     for (unsigned n = 0; n < topo.nodes; n++) {
-      unsigned shards = 0;
-      for (unsigned sh = 0; sh < shard_count(); sh++) shards += node_of_shard(sh) == n;
+      unsigned first;
       out("node %u: %u CPUs, %u shards, %zu remote-node frees received\n", n,
-          topo.cpus_of_node(n), shards, static_cast<size_t>(rs.received[n]));
+          topo.cpus_of_node(n), shards_of_node(n, &first), static_cast<size_t>(rs.received[n]));
     }
     out("remote-node buffers: %zu objects pending, %zu flushes\n", rs.pending,
         static_cast<size_t>(rs.flushes));
@@ -629,12 +628,7 @@ void topology_print(void (*write)(void*, const char*), void* opaque) {
   describe(t);
   out("  %u shards of %u CPUs:", shard_count(), shard_cpus());
   for (unsigned n = 0; n < t.nodes; n++) {
-    unsigned first = kMaxShards, count = 0;
-    for (unsigned sh = 0; sh < shard_count(); sh++)
-      if (node_of_shard(sh) == n) {
-        if (first == kMaxShards) first = sh;
-        count++;
-      }
+    unsigned first, count = shards_of_node(n, &first);
     if (count) out(" node %u: %u (from %u)%s", n, count, first, n + 1 < t.nodes ? ";" : "");
   }
   out("\n  memory bound to nodes: %s\n",

@@ -74,9 +74,9 @@ Span* PageHeap::grow_heap() {
   if (!s) return nullptr;
   // Transparent huge pages (page_heap.h): a big heap's new segment is advised to use
   // them, a small heap's is kept off them under the "always" setting.
-  const bool thp = g_config.thp && os::thp_mode() != os::ThpMode::kNever;
   const bool big = segments_ >= kThpMinSegments;
-  Segment* seg = segment_create_normal(thp && (big || os::thp_mode() == os::ThpMode::kAlways), big);
+  Segment* seg = segment_create_normal(
+      thp_enabled() && (big || os::thp_mode() == os::ThpMode::kAlways), big);
   if (!seg) {
     descs_.free(s);
     return nullptr;
@@ -170,9 +170,8 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   s->kind = kind;
   s->dirty = 0;
   s->prev = s->next = nullptr;
-  s->segment->used_pages += s->npages;
+  use_pages(s->segment, s->npages);
   if (kind == SpanKind::kLarge) large_pages_ += s->npages;
-  if (s->segment->used_pages == kMaxPages && !s->segment->huge) advise_huge(s->segment, true);
   return s;
 }
 
@@ -256,9 +255,8 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
   }
   if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
   s->npages += static_cast<uint32_t>(extra);
-  seg->used_pages += static_cast<uint32_t>(extra);
+  use_pages(seg, extra);
   large_pages_ += extra;
-  if (seg->used_pages == kMaxPages && !seg->huge) advise_huge(seg, true);
   set_bounds(s);
   return true;
 }
@@ -336,8 +334,15 @@ PageHeapStats PageHeap::stats() {
                        large_pages_ << kPageShift, purged_bytes_, huge_segments_};
 }
 
+bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpMode::kNever; }
+
+void PageHeap::use_pages(Segment* seg, size_t npages) {
+  seg->used_pages += static_cast<uint32_t>(npages);
+  if (seg->used_pages == kMaxPages && !seg->huge) advise_huge(seg, true);  // dense
+}
+
 void PageHeap::advise_huge(Segment* seg, bool huge) {
-  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) return;
+  if (!thp_enabled()) return;
   if (!os::advise_huge(seg, kSegmentSize, huge) || huge == seg->huge) return;
   seg->huge = huge;
   huge ? huge_segments_++ : huge_segments_--;

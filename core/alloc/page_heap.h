@@ -114,7 +114,11 @@ class alignas(64) PageHeap {
   void maybe_purge(uint64_t now);
   size_t purge_locked(uint64_t now, bool all);
   Span* new_span_desc();
+  // Transparent huge pages (above): whether they are in use, the advice, and the
+  // count of a segment's pages in use, which advises it once it is dense.
+  static bool thp_enabled();
   void advise_huge(Segment* seg, bool huge);
+  void use_pages(Segment* seg, size_t npages);
   static constexpr unsigned kPrivate = ~0u;
   unsigned index() const;  // in g_page_heap, or kPrivate
 

@@ -1,7 +1,8 @@
 // core/alloc/percpu.cc — per-CPU sheaves: set-up, refill and drain, adaptive
-// capacity, draining for trim, the decay tick, stats and fork. See percpu.h for the
-// layout and the rules; CpuMeta::lock guards everything in a CpuMeta (but its
-// relaxed statistics counters) and the `end` fields of that CPU's headers.
+// capacity, draining for trim, the decay tick, the remote-node buffers and their
+// flush, stats and fork. See percpu.h for the layout and the rules; CpuMeta::lock
+// guards everything in a CpuMeta (but its relaxed statistics counters) and the `end`
+// fields of that CPU's headers.
 #include "core/alloc/percpu.h"
 
 #include <atomic>
@@ -79,6 +80,17 @@ uint32_t usable_cpu() {
     if (c < g_cpu_count) return c;
   }
   return kNoCpu;
+}
+
+// A fixed-capacity sheaf of CPU c (kDeferSheaf, kRemoteSheaf): opened with capacity
+// `cap` when closed (0 objects moved), else emptied into out. -1 when the thread is
+// not on c. Takes c's lock.
+long take_fixed_sheaf(uint32_t c, unsigned idx, uint32_t cap, void** out) {
+  CpuMeta& m = meta_[c];
+  LockGuard g(m.lock);
+  if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
+  return capacity_of(c, idx) == 0 ? percpu_resize(c, idx, begin_of(idx) + cap, nullptr)
+                                  : percpu_pop_batch(c, idx, out, cap);
 }
 
 // Takes capacity from a class of CPU c other than `keep` that has not missed since
@@ -282,7 +294,6 @@ void percpu_nodes_changed() {
 void percpu_remote_flush(const uint64_t* entries, size_t n) {
   // Grouped by (class, shard) through a small open-addressed table: a buffer holds
   // a few dozen distinct groups at most, and a sort would cost more than the frees.
-  constexpr uint64_t kAddress = (uint64_t{1} << 47) - 1;
   constexpr unsigned kSlots = 512;  // > 2 x the groups a full buffer can hold
   static_assert(kSlots >= 2 * kRemoteCap);
   struct Group {
@@ -297,7 +308,7 @@ void percpu_remote_flush(const uint64_t* entries, size_t n) {
     size_t k = n - done < kRemoteCap ? n - done : kRemoteCap, ng = 0;
     memset(slot_group, 0xff, sizeof slot_group);
     for (size_t i = 0; i < k; i++) {
-      uint16_t key = static_cast<uint16_t>(e[i] >> 47);
+      uint16_t key = static_cast<uint16_t>(remote_entry_key(e[i]));
       unsigned slot = (key * 0x9e37u >> 7) % kSlots;
       while (slot_group[slot] != 0xffff && groups[slot_group[slot]].key != key)
         slot = (slot + 1) % kSlots;
@@ -310,7 +321,7 @@ void percpu_remote_flush(const uint64_t* entries, size_t n) {
     }
     for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++) groups[g].next = static_cast<uint16_t>(at);
     for (size_t i = 0; i < k; i++)
-      objs[groups[which[i]].next++] = reinterpret_cast<void*>(e[i] & kAddress);
+      objs[groups[which[i]].next++] = remote_entry_object(e[i]);
     USLAB_PROBE(remote_flush, k, ng);
     for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++) {
       unsigned cls = groups[g].key & 127, shard = groups[g].key >> 7;
@@ -338,18 +349,9 @@ void remote_miss(void* entry, unsigned) {
     if (percpu_peek(c, kRemoteSheaf, &top) < 0) continue;
     if (top == entry) {
       uint64_t e = reinterpret_cast<uintptr_t>(entry);
-      return report_bad_free(reinterpret_cast<void*>(e & ((uint64_t{1} << 47) - 1)),
-                             "double free", static_cast<unsigned>(e >> 47 & 127));
+      return report_bad_free(remote_entry_object(e), "double free", remote_entry_key(e) & 127);
     }
-    long n;
-    {
-      CpuMeta& m = meta_[c];
-      LockGuard g(m.lock);
-      if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
-      n = capacity_of(c, kRemoteSheaf) == 0
-              ? percpu_resize(c, kRemoteSheaf, begin_of(kRemoteSheaf) + kRemoteCap, nullptr)
-              : percpu_pop_batch(c, kRemoteSheaf, reinterpret_cast<void**>(buf), kRemoteCap);
-    }
+    long n = take_fixed_sheaf(c, kRemoteSheaf, kRemoteCap, reinterpret_cast<void**>(buf));
     if (n < 0) continue;
     if (n > 0) percpu_remote_flush(buf, static_cast<size_t>(n));
     void* one[1] = {entry};
@@ -557,12 +559,7 @@ long percpu_defer_take(void** out) {
   for (;;) {
     uint32_t c = usable_cpu();
     if (c == kNoCpu) return -1;
-    CpuMeta& m = meta_[c];
-    LockGuard g(m.lock);
-    if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
-    long k = capacity_of(c, kDeferSheaf) == 0
-                 ? percpu_resize(c, kDeferSheaf, begin_of(kDeferSheaf) + kDeferCap, nullptr)
-                 : percpu_pop_batch(c, kDeferSheaf, out, kDeferCap);
+    long k = take_fixed_sheaf(c, kDeferSheaf, kDeferCap, out);
     if (k >= 0) return k;
   }
 }

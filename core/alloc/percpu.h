@@ -320,6 +320,11 @@ inline uint64_t remote_entry(const void* p, const Span* s) {
   static_assert(kMaxClasses <= 128 && kMaxShards <= 64, "7 + 6 bits above the address");
   return reinterpret_cast<uintptr_t>(p) | uint64_t{s->size_class} << 47 | uint64_t{s->shard} << 54;
 }
+// An entry's object, and its group key: class | shard << 7.
+inline void* remote_entry_object(uint64_t e) {
+  return reinterpret_cast<void*>(e & ((uint64_t{1} << 47) - 1));
+}
+inline unsigned remote_entry_key(uint64_t e) { return static_cast<unsigned>(e >> 47); }
 // Frees remote-node entries to the shards that own them: grouped by class and
 // shard, each group in one batch (one lock); counted as remote-node frees received
 // by the owners' nodes.

@@ -110,6 +110,16 @@ unsigned node_count() {
   return nodes_.load(std::memory_order_relaxed);
 }
 
+unsigned shards_of_node(unsigned n, unsigned* first) {
+  unsigned count = 0;
+  *first = kMaxShards;
+  for (unsigned sh = 0; sh < shard_count(); sh++)
+    if (node_of_shard(sh) == n) {
+      if (count++ == 0) *first = sh;
+    }
+  return count;
+}
+
 void bind_to_shard_node(void* p, size_t bytes, unsigned sh) {
   if (bind_.load(std::memory_order_relaxed)) os::bind_node(p, bytes, node_of_shard(sh));
 }

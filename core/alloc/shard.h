@@ -23,7 +23,9 @@
 // shard's depot meanwhile only allocates from that shard). shard_count() only
 // grows, so the shards of the first map are still visited afterwards.
 //
-// Locking: map_lock_ (shard.cc) serialises building the map; readers take none.
+// Locking: map_lock_ (shard.cc) serialises building the map and probing the cache
+// sizes of the topology in use (done once, by topology_in_use); readers of the map
+// take none.
 #pragma once
 
 #include <cstddef>
@@ -62,6 +64,9 @@ inline unsigned node_of_shard(unsigned sh) {
   return __atomic_load_n(&g_shard_node[sh % kMaxShards], __ATOMIC_RELAXED);
 }
 inline unsigned node_of_cpu(uint32_t c) { return node_of_shard(shard_of_cpu(c)); }
+// How many of the shards in use belong to node n; *first gets the lowest of them
+// (kMaxShards when none).
+unsigned shards_of_node(unsigned n, unsigned* first);
 // Binds [p, p + bytes) to the node of shard sh when the nodes are real and more
 // than one (a no-op otherwise).
 void bind_to_shard_node(void* p, size_t bytes, unsigned sh);

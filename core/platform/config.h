@@ -13,8 +13,8 @@
 
 namespace uslab {
 
-// Where the topology comes from (topology.h): auto uses hwloc only on a machine the
-// probe sees with several NUMA nodes.
+// Where the topology comes from (topology.h): auto loads hwloc only where the process
+// may use several NUMA nodes (core/alloc/shard.h, topology_adopt_hwloc).
 enum class TopologySource : uint8_t { kAuto, kProbe, kHwloc };
 
 struct Config {

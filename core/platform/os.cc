@@ -188,8 +188,7 @@ unsigned allowed_nodes() {
   if (syscall6(SYS_get_mempolicy, 0, (long)mask, (long)(sizeof mask * 8), 0, kMemsAllowed) != 0)
     return 0;
   unsigned n = 0;
-  for (unsigned long w : mask)
-    for (; w; w &= w - 1) n++;
+  for (unsigned long w : mask) n += bit_count(w);
   return n;
 }
 

@@ -1,7 +1,8 @@
 // core/platform/os.h — the allocator's only door to the kernel.
 //
-// Owns: raw system calls (mmap, munmap, madvise, futex, write, open/read, gettid),
-// the monotonic clock, and fatal/diagnostic output on stderr.
+// Owns: raw system calls (mmap, munmap, madvise, mbind, get_mempolicy, futex, write,
+// open/read, gettid), the system's transparent-huge-page setting, the monotonic
+// clock, and fatal/diagnostic output on stderr.
 //
 // Rules: nothing here calls malloc, takes a lock, touches errno (except fail_nomem,
 // the malloc family's failure) or goes through a
@@ -44,6 +45,12 @@ bool bind_node(void* p, size_t bytes, unsigned node);
 // NUMA nodes whose memory this process may use (get_mempolicy, MPOL_F_MEMS_ALLOWED:
 // one system call, no file); 0 when the kernel does not say.
 unsigned allowed_nodes();
+// Set bits of w (a loop: libuslab.so links libc alone, no libgcc popcount).
+inline unsigned bit_count(uint64_t w) {
+  unsigned n = 0;
+  for (; w; w &= w - 1) n++;
+  return n;
+}
 
 void futex_wait(const uint32_t* addr, uint32_t expected);
 void futex_wake(const uint32_t* addr, int count);

@@ -136,7 +136,7 @@ uint32_t affinity(uint32_t* allowed) {
   for (long w = 0; r > 0 && w < r / 8; w++)
     if (mask[w]) {
       span = static_cast<uint32_t>(w * 64 + 64 - __builtin_clzll(mask[w]));
-      for (uint64_t m = mask[w]; m; m &= m - 1) n++;  // no libgcc popcount: libc alone
+      n += os::bit_count(mask[w]);
     }
   *allowed = n;
   return span;

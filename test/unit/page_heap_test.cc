@@ -182,6 +182,7 @@ std::string vm_flags(const void* p) {
       inside = lo <= a && a < hi;
     } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
       flags = line + 8;
+      flags.resize(flags.find('\n') == std::string::npos ? flags.size() : flags.find('\n'));
       break;
     }
   }
@@ -190,8 +191,7 @@ std::string vm_flags(const void* p) {
 }
 
 bool has_flag(const std::string& flags, const char* f) {
-  return (" " + flags + " ").find(std::string(" ") + f + " ") != std::string::npos ||
-         flags.find(std::string(" ") + f + "\n") != std::string::npos;
+  return (" " + flags + " ").find(std::string(" ") + f + " ") != std::string::npos;
 }
 
 }  // namespace
