@@ -41,6 +41,7 @@ void* chain_tail_ = nullptr;
 uint64_t chain_stamp_ = 0;
 size_t chain_count_ = 0;
 size_t chain_bytes_ = 0;
+uintptr_t chain_secret_ = 0;  // encodes the chain's links (set_link); set by decide()
 uint32_t poller_ = 0;         // the thread that detached blocks to free them (0: none)
 size_t blocks_ = 0;           // sealed and not yet freed (queued or with the poller)
 size_t sealed_objects_ = 0;
@@ -80,15 +81,35 @@ void decide() {
   slots_ = static_cast<DeferSlot*>(g_meta_arena.alloc(n * sizeof(DeferSlot), alignof(DeferSlot)));
   if (!slots_) os::fatal("uslab: out of memory setting up deferred frees\n");
   nslots_ = n;
+  chain_secret_ = os::random_u64();
   g_defer_percpu = percpu_decide() && rseq_fence_available();
   decided_.store(true, std::memory_order_release);
   __atomic_store_n(&g_decay_hook, &deferred_tick, __ATOMIC_RELEASE);
 }
 
+// Links of the emergency chain are stored encoded, as SLUB hardens its free lists:
+// the next object's address xor a per-process secret xor the link's own address. A
+// program that writes into an object it deferred (a use after free) turns its link
+// into an address that is no object start, which chain_next rejects, instead of
+// steering the chain's frees to an object of its choosing.
+void set_link(void* obj, void* next) {
+  *static_cast<uintptr_t*>(obj) =
+      reinterpret_cast<uintptr_t>(next) ^ chain_secret_ ^ reinterpret_cast<uintptr_t>(obj);
+}
+
+// The object after obj in its chain (nullptr at the end); *ok is false, and the
+// result nullptr, when obj's link was overwritten.
+void* chain_next(void* obj, bool* ok) {
+  auto* next = reinterpret_cast<void*>(*static_cast<uintptr_t*>(obj) ^ chain_secret_ ^
+                                       reinterpret_cast<uintptr_t>(obj));
+  *ok = next == nullptr || usable_size(next) != 0;
+  return *ok ? next : nullptr;
+}
+
 void add_to_chain_locked(void* p) {
-  *static_cast<void**>(p) = nullptr;
+  set_link(p, nullptr);
   if (chain_tail_)
-    *static_cast<void**>(chain_tail_) = p;
+    set_link(chain_tail_, p);
   else
     chain_ = p;
   chain_tail_ = p;
@@ -124,7 +145,13 @@ void free_chain(void* p) {
   void* batch[kMaxBatch];
   size_t n = 0;
   while (p) {
-    void* next = *static_cast<void**>(p);
+    bool ok;
+    void* next = chain_next(p, &ok);
+    if (!ok) {
+      os::print_stderr("uslab: deferred object %p was written after uslab_free_deferred (its "
+                       "link in the emergency chain); the objects after it are leaked\n", p);
+      abort_if_configured();
+    }
     batch[n++] = p;
     if (n == kMaxBatch) {
       free_bulk(n, batch);
@@ -154,7 +181,7 @@ void requeue_inflight_locked() {
     head_ = inflight_;
   }
   if (inflight_chain_) {
-    *static_cast<void**>(inflight_chain_tail_) = chain_;
+    set_link(inflight_chain_tail_, chain_);
     if (!chain_) chain_tail_ = inflight_chain_tail_;
     chain_ = inflight_chain_;
     chain_count_ += inflight_chain_count_;
@@ -391,8 +418,11 @@ DeferredStats deferred_stats(size_t* per_class) {
       }
     st.bytes_waiting += chain_bytes_;
     if (per_class)
-      for (void* p = chain_; p; p = *static_cast<void**>(p))
+      for (void* p = chain_; p;) {
         per_class[PageMap::entry(p) & PageMap::kClassMask]++;
+        bool ok;
+        p = chain_next(p, &ok);
+      }
     st.blocks = blocks_;
     st.emergency_objects = chain_count_;
     st.objects_pending = open + sealed_objects_ + chain_count_;

@@ -7,7 +7,8 @@
 // locked per-CPU slots used where the per-CPU mode is off or a thread has no usable
 // CPU, the queue of sealed blocks (each stamped with the grace-period counter when
 // sealed), the emergency chain (objects linked through their own first word when no
-// block can be allocated: a deferred free is never lost), polling and the barrier,
+// block can be allocated: a deferred free is never lost; the links are encoded with
+// a per-process secret, so a write into a deferred object is reported, not followed), polling and the barrier,
 // the optional background thread, stats and fork handling.
 //
 // Flow: push → full sheaf → its pointers move into a fresh 4 KiB block, which is

@@ -30,7 +30,11 @@ bool is_huge(const Span* s) { return s->segment->kind == SegmentKind::kHuge; }
 void free_huge(Segment* seg) {
   g_huge_count.fetch_sub(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_sub(seg->huge_span->bytes(), std::memory_order_relaxed);
-  huge_cache_put(seg);
+  // A guarded segment's guards fit its object only: not kept for reuse.
+  if (g_config.guard)
+    huge_segment_destroy(seg);
+  else
+    huge_cache_put(seg);
 }
 
 }  // namespace
@@ -42,7 +46,9 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   size_t npages = pages_for(size);
   size_t align_pages = align > kPageSize ? align >> kPageShift : 1;
   USLAB_PROBE(large_alloc, size, align);
-  if (npages + align_pages - 1 <= PageHeap::kMaxPages) {
+  // With the guard option every large object gets a mapping of its own, between
+  // inaccessible pages (segment_create_huge).
+  if (!g_config.guard && npages + align_pages - 1 <= PageHeap::kMaxPages) {
     bool z;
     Span* s = g_page_heap[current_shard()].alloc(npages, align_pages, SpanKind::kLarge, &z);
     if (!s) return os::fail_nomem();
@@ -51,14 +57,15 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   }
   Span* desc;
   bool fresh = true;
-  Segment* cached = align <= kPageSize ? huge_cache_take(npages << kPageShift) : nullptr;
+  Segment* cached =
+      align <= kPageSize && !g_config.guard ? huge_cache_take(npages << kPageShift) : nullptr;
   if (cached) {
     desc = cached->huge_span;
     fresh = false;
   } else {
     desc = g_span_pool.alloc();
     if (!desc) return os::fail_nomem();
-    if (!segment_create_huge(size, align, desc)) {
+    if (!segment_create_huge(size, align, desc, g_config.guard)) {
       g_span_pool.free(desc);
       return os::fail_nomem();
     }
@@ -141,8 +148,10 @@ namespace {
 bool large_resize_in_place(Span* l, size_t size) {
   if (size <= kMaxSmall || size > kMaxRequest) return false;
   size_t want = pages_for(size);
-  // A huge mapping is kept while the object still fills at least half of it.
-  if (is_huge(l)) return size <= l->bytes() && size >= l->bytes() / 2;
+  // A huge mapping is kept while the object still fills at least half of it, or,
+  // guarded, its pages exactly (the guard must stay right after the object).
+  if (is_huge(l))
+    return g_config.guard ? want == l->npages : size <= l->bytes() && size >= l->bytes() / 2;
   if (want <= l->npages) {
     if (want < l->npages) page_heap_of(l).shrink(l, want);
     return true;
@@ -517,8 +526,14 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
         (size_t)pc.steals, (size_t)pc.drains);
   } else {
     out("uslab stats (mode: per-thread caches (%s); %zu thread caches)\n",
-        g_config.percpu ? "rseq unavailable" : "forced by percpu=false", cached.ncaches);
+        g_config.poison   ? "none: poison=true sends every object through its slab"
+        : g_config.percpu ? "rseq unavailable"
+                          : "forced by percpu=false",
+        cached.ncaches);
   }
+  if (g_config.poison || g_config.guard)
+    out("checks: poison %s (freed small objects, checked when allocated again), guard pages "
+        "%s (around large objects)\n", g_config.poison ? "on" : "off", g_config.guard ? "on" : "off");
   const Topology& topo = topology_in_use();
   out("topology: %u possible CPUs, %u NUMA node%s%s, %u shards of %u CPUs, L2 %zu KiB (%s)\n",
       topo.cpus_possible, topo.nodes, topo.nodes == 1 ? "" : "s",

@@ -55,6 +55,7 @@ Span* CentralList::new_slab(unsigned cls) {
   if (info.objects % 64) s->bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
   USLAB_PROBE(slab_grow, cls, s->start);
   if (cls >= kFirstCacheClass) obj_cache_init_slab(cls, s->start, info.objects);
+  else if (g_config.poison) memset(s->start, kPoisonByte, size_t{info.objects} * info.size);
   for (uint32_t i = 0; i < s->npages; i++) PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);
   return s;
 }
@@ -76,6 +77,24 @@ size_t CentralList::take_from(Span* s, void** out, size_t n) {
   s->free_count -= static_cast<uint16_t>(got);
   return got;
 }
+
+namespace {
+
+// The poison option (config.h) applies to size classes: a cache's objects belong to
+// its constructor, and its own poison flag (obj_cache.h) covers them.
+bool poisoned_class(unsigned cls) { return g_config.poison && cls < kNumClasses; }
+
+// An object of a poisoned class leaving its slab: every byte must still be the
+// poison written when it was freed (or carved).
+void check_poison(unsigned cls, const void* p) {
+  size_t size = class_size(cls), i = first_unpoisoned(p, size);
+  if (i == size) return;
+  os::print_stderr("uslab: write after free of %p (size class %u, %u bytes): byte %zu "
+                   "changed since it was freed\n", p, cls, (unsigned)size, i);
+  abort_if_configured();
+}
+
+}  // namespace
 
 size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
   size_t got = 0;
@@ -109,6 +128,8 @@ size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
     }
   }
   lock_.unlock();
+  if (poisoned_class(cls))
+    for (size_t i = 0; i < got; i++) check_poison(cls, out[i]);
   return got;
 }
 
@@ -136,6 +157,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       s = nullptr;  // unlocked meanwhile: the slab may be gone
       continue;
     }
+    if (poisoned_class(cls)) memset(p, kPoisonByte, s->obj_size);  // before it is free
     s->bitmap[idx / 64] |= bit;
     if (idx / 64 < s->scan_hint) s->scan_hint = static_cast<uint16_t>(idx / 64);
     s->free_count++;

@@ -13,7 +13,11 @@
 // is dropped (order: class lock → never the page heap lock).
 //
 // A slab's bitmap is also the double-free detector: freeing an object whose bit is
-// already set (free) is reported with the pointer and the class.
+// already set (free) is reported with the pointer and the class. With the poison
+// option (config.h), objects of size classes are poisoned when their slab is carved
+// and when they are freed (under the lock, before their bit is set), and checked
+// when alloc_batch hands them out (after the lock): a write after free is reported
+// with the pointer, the class and the first byte changed.
 #pragma once
 
 #include <atomic>

@@ -89,14 +89,12 @@ void obj_cache_init_slab(unsigned cls, char* start, size_t n) {
 
 void obj_cache_on_alloc(const ObjCache* c, void* p) {
   if (c->flags & kCachePoison) {
-    const unsigned char* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < c->size; i++)
-      if (b[i] != kPoisonByte) {
-        os::print_stderr("uslab: cache '%s': object %p was written after it was freed "
-                         "(poison overwritten at byte %zu)\n", c->name, p, i);
-        abort_if_configured();
-        break;
-      }
+    size_t i = first_unpoisoned(p, c->size);
+    if (i < c->size) {
+      os::print_stderr("uslab: cache '%s': object %p was written after it was freed "
+                       "(poison overwritten at byte %zu)\n", c->name, p, i);
+      abort_if_configured();
+    }
   }
   if (c->flags & kCacheZero) memset(p, 0, c->size);
 }

@@ -36,6 +36,15 @@ enum : unsigned {
 };
 
 constexpr unsigned char kPoisonByte = 0x6b;  // as SLUB's POISON_FREE
+
+// The first of n bytes at p that is not kPoisonByte (n when all are): where a
+// poisoned object was written after it was freed.
+inline size_t first_unpoisoned(const void* p, size_t n) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  size_t i = 0;
+  while (i < n && b[i] == kPoisonByte) i++;
+  return i;
+}
 constexpr size_t kCacheLine = 64;
 
 struct ObjCache {

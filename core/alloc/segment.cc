@@ -51,12 +51,13 @@ Segment* segment_create_normal(bool advise, bool huge) {
   return seg;
 }
 
-Segment* segment_create_huge(size_t bytes, size_t align, Span* span) {
+Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard) {
   // The object starts after the header page, or at `align` when that is larger.
   size_t offset = align > kPageSize ? align : kPageSize;
   size_t obj_bytes = (bytes + kPageSize - 1) & ~(kPageSize - 1);
-  if (obj_bytes < bytes || offset + obj_bytes < obj_bytes) return nullptr;
-  size_t total = offset + obj_bytes;
+  size_t tail = guard ? os::kOsPage : 0;
+  if (obj_bytes < bytes || offset + obj_bytes + tail < obj_bytes) return nullptr;
+  size_t total = offset + obj_bytes + tail;
   size_t map_align = align > kSegmentSize ? align : kSegmentSize;
   void* mem = os::map_aligned(total, map_align);
   if (!mem) return nullptr;
@@ -65,6 +66,12 @@ Segment* segment_create_huge(size_t bytes, size_t align, Span* span) {
     os::unmap(mem, total);
     return nullptr;
   }
+  // The OS pages just before and just after the object (the header sits in the
+  // mapping's first one). A refused mprotect (vm.max_map_count) leaves the object
+  // without guards rather than failing the allocation.
+  if (guard && !(os::protect(obj - os::kOsPage, os::kOsPage, false) &&
+                 os::protect(obj + obj_bytes, tail, false)))
+    os::protect(obj - os::kOsPage, os::kOsPage, true);
   Segment* seg = static_cast<Segment*>(mem);
   seg->kind = SegmentKind::kHuge;
   seg->mapped_bytes = total;

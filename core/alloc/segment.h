@@ -3,8 +3,8 @@
 // Owns:
 //  - Segment: 4 MiB of address space aligned to 4 MiB. Page 0 holds the header;
 //    pages 1..511 are carved by the page heap into spans. A huge allocation (larger
-//    than a segment's pages) gets a segment of its own, of any size, whose header
-//    page precedes it.
+//    than a segment's pages; every large one with the guard option) gets a segment
+//    of its own, of any size, whose header page precedes it.
 //  - Span: a run of pages — free (page heap), a slab of one size class (central
 //    list), or one large object. Descriptors live in each page heap's paged pool
 //    (paged_pool.h; huge segments': the metadata arena), never in the heap they
@@ -146,8 +146,10 @@ class PageMap {
 // whether MADV_HUGEPAGE took.
 Segment* segment_create_normal(bool advise = false, bool huge = false);
 // Create a huge segment holding one large object of `bytes` aligned to `align`.
-// The returned segment's huge_span describes the object.
-Segment* segment_create_huge(size_t bytes, size_t align, Span* span);
+// The returned segment's huge_span describes the object. With `guard`, the OS page
+// before the object and one after its last page are made inaccessible (the guard
+// option: an overflow or underflow faults at once).
+Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard = false);
 // Unmap (normal or huge), with its page-map entries: a normal segment's all go (its
 // free span's bounds included), a huge one's is its object's.
 void segment_destroy(Segment* seg);

@@ -88,6 +88,10 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_bool(v, vlen, &cfg.background_thread);
   } else if (key_is(k, klen, "thp")) {
     ok = parse_bool(v, vlen, &cfg.thp);
+  } else if (key_is(k, klen, "poison")) {
+    ok = parse_bool(v, vlen, &cfg.poison);
+  } else if (key_is(k, klen, "guard")) {
+    ok = parse_bool(v, vlen, &cfg.guard);
   } else if (key_is(k, klen, "topology")) {
     ok = true;
     if (key_is(v, vlen, "auto")) cfg.topology = TopologySource::kAuto;
@@ -165,6 +169,7 @@ void config_init() {
   if (conf) config_parse(cfg, conf, "USLAB_CONF");
   if (stats && !parse_bool(stats, strlen(stats), &cfg.stats_at_exit))
     os::print_stderr("uslab: USLAB_STATS: bad value '%s', using the default\n", stats);
+  if (cfg.poison) cfg.percpu = cfg.tcache = false;  // every object through its slab
   g_config = cfg;
   state.store(2, std::memory_order_release);
 }

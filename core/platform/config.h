@@ -30,6 +30,13 @@ struct Config {
   bool background_thread = false;  // a thread that returns memory and frees deferred objects
   TopologySource topology = TopologySource::kAuto;
   bool thp = true;              // transparent huge pages for dense segments (page_heap.h)
+  // Checking for debugging (both off by default). poison: freed small objects are
+  // filled with kPoisonByte and checked when they are handed out again, and every
+  // allocation and free goes to the slabs (config_init turns percpu and tcache off),
+  // so a double free is caught at the call that makes it. guard: large allocations
+  // get mappings of their own with inaccessible pages on both sides (heap.cc).
+  bool poison = false;
+  bool guard = false;
 };
 
 // The process-wide options; valid after config_init().

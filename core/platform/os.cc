@@ -10,6 +10,7 @@
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,6 +106,22 @@ void* fail_nomem() {
 void unmap(void* p, size_t bytes) { syscall6(SYS_munmap, (long)p, (long)bytes); }
 
 void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
+
+bool protect(void* p, size_t bytes, bool accessible) {
+  return syscall6(SYS_mprotect, (long)p, (long)bytes,
+                  accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+}
+
+uint64_t random_u64() {
+  uint64_t v = 0;
+  if (syscall6(SYS_getrandom, (long)&v, sizeof v, GRND_NONBLOCK) == sizeof v && v) return v;
+  // No entropy yet (early boot) or no getrandom: the clock and an address, mixed.
+  v = now_ns() ^ reinterpret_cast<uintptr_t>(&v);
+  v ^= v >> 33;
+  v *= 0xff51afd7ed558ccdull;
+  v ^= v >> 33;
+  return v | 1;
+}
 
 ThpMode thp_mode() {
   // 0: not read yet; else the mode + 1. Racing first readers read the same file.

@@ -1,7 +1,7 @@
 // core/platform/os.h — the allocator's only door to the kernel.
 //
-// Owns: raw system calls (mmap, munmap, madvise, mbind, get_mempolicy, futex, write,
-// open/read, gettid), the system's transparent-huge-page setting, the monotonic
+// Owns: raw system calls (mmap, munmap, mprotect, madvise, mbind, get_mempolicy,
+// getrandom, futex, write, open/read, gettid), the system's transparent-huge-page setting, the monotonic
 // clock, and fatal/diagnostic output on stderr.
 //
 // Rules: nothing here calls malloc, takes a lock, touches errno (except fail_nomem,
@@ -32,6 +32,11 @@ void* map_aligned(size_t bytes, size_t align);
 void unmap(void* p, size_t bytes);
 // Return pages to the OS; the range reads as zero afterwards.
 void purge(void* p, size_t bytes);
+// mprotect: read/write, or no access at all (guard pages); false when refused (the
+// kernel's limit on mappings, vm.max_map_count, counts every split).
+bool protect(void* p, size_t bytes, bool accessible);
+// 64 random bits (getrandom, not blocking; a mix of the clock otherwise), never 0.
+uint64_t random_u64();
 // Transparent huge pages: the system's setting (/sys/kernel/mm/transparent_hugepage/
 // enabled, read once), and madvise(MADV_HUGEPAGE or MADV_NOHUGEPAGE) on a range.
 enum class ThpMode : uint8_t { kNever, kMadvise, kAlways };

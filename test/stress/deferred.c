@@ -16,8 +16,8 @@
  *   exit      threads that exit with deferred frees pending lose none
  *   nesting   nested sections, and sections opened by signal handlers inside a
  *             section, hold a grace period until the outermost unlock
- *   misuse    synchronize/barrier inside a section and an unmatched unlock abort
- *             with a message
+ *   misuse    synchronize/barrier inside a section, an unmatched unlock and a write
+ *             into a deferred object on the emergency chain abort with a message
  *   background  (run with USLAB_CONF=background_thread=true) deferred frees that fill
  *             no block and meet no later call still come back, through the background
  *             thread; malloc_trim(0) does it at once without one
@@ -233,7 +233,10 @@ static size_t chained_now(void) {
 enum { kDeferred = 20000, kHog = 1 << 20 };
 static void *hog[kHog];
 
-static void test_oom(void) {
+/* With `corrupt`, every deferred object's first word is then overwritten with the
+ * address of a live object (a write after uslab_free_deferred): a chained object's
+ * link must not be followed to it, and the barrier must report it (and abort). */
+static void test_oom_run(int corrupt) {
   static char *objs[kDeferred];
   for (int i = 0; i < kDeferred; i++) {
     objs[i] = malloc(64);
@@ -257,6 +260,8 @@ static void test_oom(void) {
   errno = 1234;
   for (int i = 0; i < kDeferred; i++) uslab_free_deferred(objs[i]);
   CHECK(errno == 1234);  /* a failed block allocation is not the caller's error */
+  if (corrupt)
+    for (int i = 0; i < kDeferred; i++) memcpy(objs[i], &hog[0], sizeof hog[0]);
   size_t chained = chained_now();
   CHECK(chained > 0);
   CHECK(stats().deferred_objects == kDeferred);  /* none freed while the section is open */
@@ -273,6 +278,8 @@ static void test_oom(void) {
   printf("oom: heap exhausted with %d blocks; %d objects deferred, %zu of them chained "
          "through their own memory; all freed after the barrier\n", n, kDeferred, chained);
 }
+
+static void test_oom(void) { test_oom_run(0); }
 
 /* ---- fork ------------------------------------------------------------------------ */
 
@@ -445,12 +452,16 @@ static void unmatched_unlock(void) {
   uslab_read_unlock();
 }
 
+static void chain_corrupted(void) { test_oom_run(1); }
+
 static void test_misuse(void) {
+  expect_abort("a chained deferred object written", chain_corrupted,
+               "was written after uslab_free_deferred");
   expect_abort("synchronize inside a section", sync_inside, "inside a read-side section");
   expect_abort("barrier inside a section", barrier_inside, "inside a read-side section");
   expect_abort("unmatched unlock", unmatched_unlock, "without a matching uslab_read_lock");
   uslab_free_deferred(NULL);  /* a no-op */
-  printf("misuse: 3 misuses reported and aborted\n");
+  printf("misuse: 4 misuses reported and aborted\n");
 }
 
 /* ---- background ------------------------------------------------------------------ */
