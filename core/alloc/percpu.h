@@ -218,8 +218,8 @@ inline void sheaf_release(void* const*, size_t) {}
   ".long 0, 0\n\t"                      \
   ".quad 1f, 2f - 1f, 4f\n\t"           \
   ".popsection\n\t"                     \
-  "leaq 3b(%%rip), %%rax\n\t"           \
-  "movq %%rax, %%fs:8(%[rs])\n\t"       \
+  "leaq 3b(%%rip), %%rcx\n\t"           \
+  "movq %%rcx, %%fs:8(%[rs])\n\t"       \
   "1:\n\t"
 
 #define USLAB_RSEQ_CLOSE_TO(target)            \
@@ -258,10 +258,10 @@ inline void* percpu_alloc(unsigned cls) {
                "decl %%ecx\n\t"
                "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
                USLAB_RSEQ_CLOSE
-               : [obj] "=&r"(obj)
+               : [obj] "=&a"(obj)  // the return register: no move after the section
                : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count), [region] "r"(g_cpu_region),
                  [cls] "r"(uint64_t{cls}), [hits] "i"(kHitsOffset), [step] "i"(kHitStep)
-               : "rax", "rcx", "rdx", "memory", "cc"
+               : "rcx", "rdx", "memory", "cc"
                : abort, miss, tick);
   if (obj == nullptr) __builtin_unreachable();  // tested above
   sheaf_acquire(&obj, 1);
