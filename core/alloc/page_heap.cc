@@ -34,39 +34,29 @@ void PageHeap::clear_bounds(Span* s) {
 }
 
 void PageHeap::insert_free(Span* s) {
-  size_t i = list_index(s->npages);
+  size_t i = s->npages;
   lists_[i].push_front(s);
-  if (i < kMaxExact) nonempty_[i / 64] |= uint64_t{1} << (i % 64);
+  nonempty_[i / 64] |= uint64_t{1} << (i % 64);
   // Stored atomically: read without this lock by other heaps' alloc.
   __atomic_store_n(&free_pages_, free_pages_ + s->npages, __ATOMIC_RELAXED);
   if (s->dirty) dirty_pages_ += s->npages;
 }
 
 void PageHeap::remove_free(Span* s) {
-  size_t i = list_index(s->npages);
+  size_t i = s->npages;
   lists_[i].remove(s);
-  if (i < kMaxExact && lists_[i].empty()) nonempty_[i / 64] &= ~(uint64_t{1} << (i % 64));
+  if (lists_[i].empty()) nonempty_[i / 64] &= ~(uint64_t{1} << (i % 64));
   __atomic_store_n(&free_pages_, free_pages_ - s->npages, __ATOMIC_RELAXED);
   if (s->dirty) dirty_pages_ -= s->npages;
 }
 
 Span* PageHeap::find_free(size_t npages) {
-  if (npages < kMaxExact) {
-    for (size_t w = npages / 64; w < kMaxExact / 64; w++) {
-      uint64_t bits = nonempty_[w];
-      if (w == npages / 64) bits &= ~uint64_t{0} << (npages % 64);
-      if (bits) return lists_[w * 64 + __builtin_ctzll(bits)].front();
-    }
+  for (size_t w = npages / 64; w < kPagesPerSegment / 64; w++) {
+    uint64_t bits = nonempty_[w];
+    if (w == npages / 64) bits &= ~uint64_t{0} << (npages % 64);
+    if (bits) return lists_[w * 64 + __builtin_ctzll(bits)].front();
   }
-  // Best fit among the long spans; lower address breaks ties (keeps the heap compact).
-  Span* best = nullptr;
-  for (Span* s = lists_[kMaxExact].front(); s; s = s->next) {
-    if (s->npages < npages) continue;
-    if (!best || s->npages < best->npages ||
-        (s->npages == best->npages && s->start < best->start))
-      best = s;
-  }
-  return best;
+  return nullptr;
 }
 
 Span* PageHeap::grow_heap() {
@@ -296,7 +286,7 @@ size_t PageHeap::purge(bool all) {
 size_t PageHeap::purge_locked(uint64_t now, bool all) {
   uint64_t decay = g_config.decay_ms;
   size_t purged = 0;
-  for (size_t i = 1; i <= kMaxExact; i++) {
+  for (size_t i = 1; i <= kMaxPages; i++) {
     Span* next;
     for (Span* s = lists_[i].front(); s; s = next) {
       next = s->next;

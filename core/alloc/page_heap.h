@@ -6,8 +6,10 @@
 // heap for all CPUs made every slab carve and release of every CPU take one lock:
 // on 16 CPUs, half of the seed concurrent test's time went to waiting for it.)
 // Each heap keeps the free spans of its segments in free lists by length
-// (exact lists for 1..127 pages with a bitmap of non-empty lists, one best-fit list
-// for longer spans); coalescing of a freed span with its free neighbours in the same
+// (one list per length a segment can hold, 1 … 511 pages, with a bitmap of the
+// non-empty ones: the shortest span that fits is found in a few words; a best-fit
+// scan of one list of longer spans cost 4500 cycles a call once 1 GB had been freed
+// into whole free segments); coalescing of a freed span with its free neighbours in the same
 // segment; the decay clock that returns free pages to the OS (MADV_DONTNEED) once
 // they have been free for `decay_ms`, and unmaps segments that are wholly free; the
 // same clock returns the pages of its descriptor pool (paged_pool.h) left empty.
@@ -69,7 +71,6 @@ struct PageHeapStats {
 // Cache-line aligned: one heap's counters must not share a line with the next's lock.
 class alignas(64) PageHeap {
  public:
-  static constexpr size_t kMaxExact = 128;
   static constexpr size_t kMaxPages = kPagesPerSegment - 1;  // usable pages per segment
   static constexpr size_t kStealReserve = 64;                 // 512 KiB
   static constexpr size_t kThpMinSegments = 4;                // 16 MiB
@@ -107,7 +108,6 @@ class alignas(64) PageHeap {
   Span* grow_heap();
   void insert_free(Span* s);
   void remove_free(Span* s);
-  size_t list_index(size_t npages) const { return npages < kMaxExact ? npages : kMaxExact; }
   void set_bounds(Span* s);
   void clear_bounds(Span* s);
   Span* split_front(Span* s, size_t npages);
@@ -124,8 +124,9 @@ class alignas(64) PageHeap {
 
   Mutex lock_;
   PagedPool<Span> descs_;  // descriptors of this heap's spans
-  IntrusiveList<Span> lists_[kMaxExact + 1];
-  uint64_t nonempty_[kMaxExact / 64] = {};
+  // Free spans by length (1 … kMaxPages; index 0 unused), and which lists are not empty.
+  IntrusiveList<Span> lists_[kPagesPerSegment];
+  uint64_t nonempty_[kPagesPerSegment / 64] = {};
   size_t segments_ = 0;
   size_t huge_segments_ = 0;
   size_t free_pages_ = 0;

@@ -269,3 +269,27 @@ TEST_CASE("an aligned mapping needs no more address space than its size") {
   os::unmap(gap, size_t{2} << 20);
   os::unmap(s, kSegmentSize);
 }
+
+TEST_CASE("the shortest free span that fits is taken, at every length a segment holds") {
+  PageHeap ph;
+  bool z;
+  // Free spans of 300 and 200 pages (kept apart by live spans), then requests between.
+  Span* a = ph.alloc(300, 1, SpanKind::kLarge, &z);
+  Span* keep1 = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  Span* b = ph.alloc(200, 1, SpanKind::kLarge, &z);
+  Span* keep2 = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  REQUIRE(ph.stats().segments == 1);  // 502 of 511 pages: one segment
+  char* a_start = a->start;
+  char* b_start = b->start;
+  ph.free(a);
+  ph.free(b);
+  Span* s = ph.alloc(150, 1, SpanKind::kLarge, &z);
+  CHECK(s->start == b_start);  // 200 pages fit better than 300
+  Span* t = ph.alloc(250, 1, SpanKind::kLarge, &z);
+  CHECK(t->start == a_start);
+  Span* u = ph.alloc(100, 1, SpanKind::kLarge, &z);  // the rest of a: 50 pages; b's: 50
+  CHECK(ph.stats().segments == 2);  // nothing of 100 pages was free any more
+  for (Span* x : {s, t, u, keep1, keep2}) ph.free(x);
+  ph.purge(true);
+  CHECK(ph.stats().segments == 0);
+}
