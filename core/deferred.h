@@ -8,8 +8,9 @@
 // CPU, the queue of sealed blocks (each stamped with the grace-period counter when
 // sealed), the emergency chain (objects linked through their own first word when no
 // block can be allocated: a deferred free is never lost; the links are encoded with
-// a per-process secret, so a write into a deferred object is reported, not followed), polling and the barrier,
-// the optional background thread, stats and fork handling.
+// a per-process secret, so a write into a deferred object is reported, not
+// followed), polling and the barrier, the optional background thread, stats and
+// fork handling.
 //
 // Flow: push → full sheaf → its pointers move into a fresh 4 KiB block, which is
 // stamped and queued (the decay tick, malloc_trim, the background thread and the

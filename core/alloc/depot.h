@@ -100,8 +100,9 @@ void depot_decay_all();
 inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
 
 // Full sheaves a depot keeps at most: 256 KiB of objects per class shared out over
-// the shards, but at least 64 KiB per shard (and one sheaf); none with the poison option. Without the sharing, a
-// class's depots would hold 256 KiB on every CPU of a big machine.
+// the shards, but at least 64 KiB per shard (and one sheaf); none with the poison
+// option. Without the sharing, a class's depots would hold 256 KiB on every CPU of
+// a big machine.
 inline uint32_t depot_max_full(unsigned cls) {
   if (g_config.poison) return 0;  // every object goes to its slab to be poisoned
   size_t bytes = (size_t{256} << 10) / shard_count();

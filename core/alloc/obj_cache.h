@@ -45,6 +45,7 @@ inline size_t first_unpoisoned(const void* p, size_t n) {
   while (i < n && b[i] == kPoisonByte) i++;
   return i;
 }
+
 constexpr size_t kCacheLine = 64;
 
 struct ObjCache {

@@ -8,9 +8,9 @@
 // Each heap keeps the free spans of its segments in free lists by length
 // (one list per length a segment can hold, 1 … 511 pages, with a bitmap of the
 // non-empty ones: the shortest span that fits is found in a few words; a best-fit
-// scan of one list of longer spans cost 4500 cycles a call once 1 GB had been freed
-// into whole free segments); coalescing of a freed span with its free neighbours in the same
-// segment; the decay clock that returns free pages to the OS (MADV_DONTNEED) once
+// scan of one list of longer spans cost 4500 cycles a call once 1 GB had been
+// freed into whole free segments); coalescing of a freed span with its free
+// neighbours in the same segment; the decay clock that returns free pages to the OS (MADV_DONTNEED) once
 // they have been free for `decay_ms`, and unmaps segments that are wholly free; the
 // same clock returns the pages of its descriptor pool (paged_pool.h) left empty.
 //

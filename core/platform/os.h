@@ -1,8 +1,8 @@
 // core/platform/os.h — the allocator's only door to the kernel.
 //
 // Owns: raw system calls (mmap, munmap, mprotect, madvise, mbind, get_mempolicy,
-// getrandom, futex, write, open/read, gettid), the system's transparent-huge-page setting, the monotonic
-// clock, and fatal/diagnostic output on stderr.
+// getrandom, futex, write, open/read, gettid), the system's transparent-huge-page
+// setting, the monotonic clock, and fatal/diagnostic output on stderr.
 //
 // Rules: nothing here calls malloc, takes a lock, touches errno (except fail_nomem,
 // the malloc family's failure) or goes through a
