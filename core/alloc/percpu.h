@@ -356,15 +356,26 @@ void percpu_remote_stats(RemoteNodeStats* out);
   "shlq $18, %%rdx\n\t"                 \
   "addq %[region], %%rdx\n\t"
 
-// Copies %[k] (≥ 1) pointers from src to dst (registers), through tmp; uses r8.
+// Copies %[k] (≥ 1) pointers from src to dst (registers, not overlapping): an odd
+// one first through tmp, then two at a time through xmm0 (SSE2 is part of x86-64;
+// a bulk call's 16 pointers took 16 turns of a one-pointer loop, a third of
+// uslab_alloc_bulk's time); uses r8.
 #define USLAB_RSEQ_COPY(src, dst, tmp)                 \
   "xorl %%r8d, %%r8d\n\t"                            \
-  "5:\n\t"                                           \
-  "movq (" src ", %%r8, 8), " tmp "\n\t"             \
-  "movq " tmp ", (" dst ", %%r8, 8)\n\t"             \
-  "incq %%r8\n\t"                                    \
+  "testl $1, %k[k]\n\t"                              \
+  "jz 5f\n\t"                                        \
+  "movq (" src "), " tmp "\n\t"                      \
+  "movq " tmp ", (" dst ")\n\t"                      \
+  "incl %%r8d\n\t"                                   \
   "cmpq %[k], %%r8\n\t"                              \
-  "jb 5b\n\t"
+  "jae 10f\n\t"                                      \
+  "5:\n\t"                                           \
+  "movdqu (" src ", %%r8, 8), %%xmm0\n\t"            \
+  "movdqu %%xmm0, (" dst ", %%r8, 8)\n\t"            \
+  "addq $2, %%r8\n\t"                                \
+  "cmpq %[k], %%r8\n\t"                              \
+  "jb 5b\n\t"                                        \
+  "10:\n\t"
 
 // Ends a batch section: label 8 is the normal exit, 9 the wrong-CPU one.
 #define USLAB_RSEQ_EXIT(k) \
@@ -402,7 +413,7 @@ inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [begin] "rm"(uint64_t{kSheafLayout.begin[cls]}),
                      [out] "r"(out), [n] "rm"(uint64_t{n})
-                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "memory", "cc");
+                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "xmm0", "memory", "cc");
   if (k > 0) sheaf_acquire(out, static_cast<size_t>(k));
   return k;
 }
@@ -430,7 +441,7 @@ inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size
                    : [k] "=&r"(k)
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [src] "r"(src), [n] "rm"(uint64_t{n})
-                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "memory", "cc");
+                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "xmm0", "memory", "cc");
   return k;
 }
 
@@ -462,7 +473,7 @@ inline long percpu_resize(uint32_t cpu, unsigned cls, uint32_t new_end, void** o
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [end] "rm"(new_end), [out] "r"(out),
                      [begin] "rm"(uint32_t{kSheafLayout.begin[cls]})
-                   : "rax", "rcx", "rdx", "r8", "r10", "memory", "cc");
+                   : "rax", "rcx", "rdx", "r8", "r10", "xmm0", "memory", "cc");
   if (out && k > 0) sheaf_acquire(out, static_cast<size_t>(k));
   return k;
 }
