@@ -20,13 +20,33 @@ constinit bool g_percpu_one_node = false;
 
 namespace {
 
-struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on every miss
+// A bit per class, changed under its CPU's lock and also read without it (on_miss).
+struct ClassBits {
+  std::atomic<uint64_t> w[kMaxClasses / 64];
+  bool has(unsigned cls) const { return w[cls / 64].load(std::memory_order_relaxed) >> (cls % 64) & 1; }
+  void set(unsigned cls, bool on) {
+    uint64_t v = w[cls / 64].load(std::memory_order_relaxed), bit = uint64_t{1} << (cls % 64);
+    w[cls / 64].store(on ? v | bit : v & ~bit, std::memory_order_relaxed);
+  }
+  void clear_all() {
+    for (auto& x : w) x.store(0, std::memory_order_relaxed);
+  }
+};
+
+// Bumps a statistics counter that threads on one CPU share: a plain load and store
+// (no locked instruction on the miss paths), so a thread preempted between them by
+// another one bumping the same counter loses a count.
+void bump(std::atomic<uint64_t>& counter) {
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss that grows
   Mutex lock;
   bool ready;                // used since start or the last drain
   bool fork_taken;
   uint32_t clock;            // next class the capacity thief looks at
-  uint64_t missed[kMaxClasses / 64];  // bit per class: missed since the thief last passed
-  uint64_t active[kMaxClasses / 64];  // bit per class: missed since the last decay tick
+  ClassBits missed;          // missed since the thief last passed
+  ClassBits active;          // missed since the last decay tick
   size_t capacity_bytes;     // sum over classes of capacity × size
   uint64_t grows, steals, drains;
   // Sheaf misses per class for the statistics. Per CPU: 16 CPUs bumping one shared
@@ -102,9 +122,8 @@ bool steal(uint32_t c, CpuMeta& m, unsigned keep) {
     m.clock = v;
     uint32_t cap = capacity_of(c, v);
     if (v == keep || cap == 0) continue;
-    uint64_t bit = uint64_t{1} << (v % 64);
-    if (m.missed[v / 64] & bit) {
-      m.missed[v / 64] &= ~bit;
+    if (m.missed.has(v)) {
+      m.missed.set(v, false);
       continue;
     }
     uint32_t step = batch_size(v) < cap ? batch_size(v) : cap;
@@ -124,15 +143,21 @@ bool steal(uint32_t c, CpuMeta& m, unsigned keep) {
 // when it does not). Misses on free (`alloc` false) grow it only to two batches,
 // enough to batch the drains: objects a CPU frees but does not allocate (the
 // consumer of a producer/consumer pair) would only sit in a bigger sheaf.
+// A miss that would change nothing (the class marked, at its most capacity) takes
+// no lock: the steady state of a class that streams through its sheaf. What it reads
+// may be stale; a bit cleared meanwhile is set again by the next miss.
 void on_miss(uint32_t c, unsigned cls, bool alloc) {
   CpuMeta& m = meta_[c];
-  m.lock.lock();
-  if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
-  m.missed[cls / 64] |= uint64_t{1} << (cls % 64);
-  m.active[cls / 64] |= uint64_t{1} << (cls % 64);
-  uint32_t cap = capacity_of(c, cls);
   uint32_t max = sheaf_max_capacity(cls);
   if (!alloc && max > 2 * batch_size(cls)) max = 2 * batch_size(cls);
+  if (__atomic_load_n(&m.ready, __ATOMIC_ACQUIRE) && m.missed.has(cls) && m.active.has(cls) &&
+      capacity_of(c, cls) >= max)
+    return decay_maybe_tick();
+  m.lock.lock();
+  if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
+  m.missed.set(cls, true);
+  m.active.set(cls, true);
+  uint32_t cap = capacity_of(c, cls);
   if (cap < max) {
     uint32_t step = batch_size(cls) < max - cap ? batch_size(cls) : max - cap;
     size_t need = size_t{step} * class_size(cls);
@@ -233,7 +258,7 @@ void* percpu_alloc_tick(unsigned cls) {
     // A tick this carry runs sees the counter where the previous carry left it (0):
     // without the mark, the class that triggers the ticks would look idle to them.
     LockGuard g(m.lock);
-    m.active[cls / 64] |= uint64_t{1} << (cls % 64);
+    m.active.set(cls, true);
   }
   decay_maybe_tick();
   return percpu_alloc(cls);
@@ -254,7 +279,7 @@ void* percpu_alloc_slow(unsigned cls) {
   void* buf[kMaxBatch];
   size_t n = g_depot[shard_of_cpu(c)][cls].take(cls, buf, batch_size(cls));
   USLAB_PROBE(sheaf_refill, cls, n);
-  meta_[c].class_refills[cls].fetch_add(1, std::memory_order_relaxed);
+  bump(meta_[c].class_refills[cls]);
   if (n == 0) return os::fail_nomem();
   void* obj = buf[--n];
   push_or_give(cls, buf, n);
@@ -262,29 +287,25 @@ void* percpu_alloc_slow(unsigned cls) {
 }
 
 void percpu_free_slow(void* p, unsigned cls) {
-  uint32_t c;
+  void* buf[kMaxBatch];
   for (;;) {
-    c = usable_cpu();
+    uint32_t c = usable_cpu();
     if (c == kNoCpu) return thread_cache_free(p, cls);
-    void* top;
-    if (percpu_peek(c, cls, &top) < 0) continue;
-    if (top == p) return report_bad_free(p, "double free", cls);
-    break;
+    on_miss(c, cls, false);
+    // One section: p goes in or, when the sheaf is full, a batch made of its top
+    // objects and p goes to the depot.
+    long k = percpu_push_draining(c, cls, p, buf, batch_size(cls) - 1);
+    if (k == kSheafMoved) continue;
+    if (k == kSheafDoubleFree) return report_bad_free(p, "double free", cls);
+    if (k == kSheafClosed) return depot_give(cls, &p, 1);
+    if (k > 0) {
+      buf[k++] = p;
+      USLAB_PROBE(sheaf_drain, cls, k);
+      bump(meta_[c].class_drains[cls]);
+      depot_give(cls, buf, static_cast<size_t>(k));
+    }
+    return;
   }
-  on_miss(c, cls, false);
-  void* one[1] = {p};
-  long k = percpu_push_batch(c, cls, one, 1);
-  if (k == 1) return;
-  if (k == 0) {
-    // Full: a batch from the top goes to the depot, then p fits.
-    void* buf[kMaxBatch];
-    long n = percpu_pop_batch(c, cls, buf, batch_size(cls));
-    USLAB_PROBE(sheaf_drain, cls, n);
-    meta_[c].class_drains[cls].fetch_add(1, std::memory_order_relaxed);
-    if (n > 0) depot_give(cls, buf, static_cast<size_t>(n));
-    if (n >= 0 && percpu_push_batch(c, cls, one, 1) == 1) return;
-  }
-  depot_give(cls, one, 1);
 }
 
 void percpu_nodes_changed() {
@@ -503,7 +524,7 @@ void decay_idle_sheaves() {
     bool any_idle = false, any_full = false;
     for (unsigned cls = 1; cls < kMaxClasses; cls++) {
       uint16_t hits = hits_of(c, cls);
-      bool used = hits != m.hits_seen[cls] || (m.active[cls / 64] >> (cls % 64) & 1);
+      bool used = hits != m.hits_seen[cls] || m.active.has(cls);
       m.hits_seen[cls] = hits;
       if (!capacity_of(c, cls)) continue;
       if (!used) {
@@ -514,7 +535,7 @@ void decay_idle_sheaves() {
         any_full = true;
       }
     }
-    memset(m.active, 0, sizeof m.active);
+    m.active.clear_all();
     if (any_idle) drain_cpu(c, m, idle);
     if (any_full) trim_cpu(c, full);
     flush_remote_cpu(c);

@@ -196,6 +196,9 @@ inline void sheaf_acquire(void* const*, size_t) {}
 inline void sheaf_release(void* const*, size_t) {}
 #endif
 
+// Results of percpu_push_draining below besides the objects it moved.
+constexpr long kSheafMoved = -1, kSheafDoubleFree = -2, kSheafClosed = -3;
+
 #if defined(__x86_64__)
 
 // --- restartable sections (x86-64) ---------------------------------------------
@@ -445,6 +448,54 @@ inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size
   return k;
 }
 
+// Pushes p onto cpu's sheaf of cls or, when it is full, moves up to n (≥ 1) objects
+// from its top to out[0..k) and leaves p to the caller (a drain in the same section).
+// The full case writes no slot: a section restarted after writing one below `current`
+// would find the sheaf changed (it once put p in the lowest slot it emptied, and a
+// restart then moved p out as well as in: one block handed out twice). Returns k (0:
+// p went in), or kSheafMoved (the thread is not on cpu), kSheafDoubleFree (p is the
+// top object already) or kSheafClosed (the sheaf has no capacity: never opened, or
+// being drained).
+inline long percpu_push_draining(uint32_t cpu, unsigned cls, void* p, void** out, size_t n) {
+  long k;
+  sheaf_release(&p, 1);
+  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
+                   USLAB_RSEQ_ON_CPU_OR_EXIT
+                   "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+                   "movzwl 10(%%rdx, %[cls], 4), %%eax\n\t"
+                   "movq $-3, %[k]\n\t"
+                   "cmpl %k[begin], %%eax\n\t"
+                   "jbe 8f\n\t"
+                   "movq $-2, %[k]\n\t"
+                   "cmpq %[p], (%%rdx, %%rcx, 8)\n\t"
+                   "je 8f\n\t"
+                   "xorl %k[k], %k[k]\n\t"
+                   "cmpl %%eax, %%ecx\n\t"
+                   "jb 11f\n\t"
+                   "movq %%rcx, %[k]\n\t"
+                   "subq %[begin], %[k]\n\t"
+                   "cmpq %[n], %[k]\n\t"
+                   "cmovaq %[n], %[k]\n\t"
+                   "subq %[k], %%rcx\n\t"
+                   "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
+                   USLAB_RSEQ_COPY("%%r10", "%[out]", "%%r9")
+                   "jmp 12f\n\t"
+                   "11:\n\t"
+                   "movq %[p], 8(%%rdx, %%rcx, 8)\n\t"
+                   "incl %%ecx\n\t"
+                   "12:\n\t"
+                   "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+                   USLAB_RSEQ_CLOSE_RETRY
+                   USLAB_RSEQ_EXIT("[k]")
+                   : [k] "=&r"(k)
+                   : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
+                     [cls] "r"(uint64_t{cls}), [begin] "r"(uint64_t{kSheafLayout.begin[cls]}),
+                     [p] "r"(p), [out] "r"(out), [n] "rm"(uint64_t{n})
+                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "xmm0", "memory", "cc");
+  if (k > 0) sheaf_acquire(out, static_cast<size_t>(k));
+  return k;
+}
+
 // Sets cpu's capacity end for cls to new_end (≥ begin); objects above it move to
 // out[0..k) (at most end - new_end of them). A header never used (0) starts empty.
 inline long percpu_resize(uint32_t cpu, unsigned cls, uint32_t new_end, void** out) {
@@ -508,6 +559,7 @@ inline long percpu_pop_batch(uint32_t, unsigned, void**, size_t) { return -1; }
 inline long percpu_push_batch(uint32_t, unsigned, void* const*, size_t) { return -1; }
 inline long percpu_resize(uint32_t, unsigned, uint32_t, void**) { return -1; }
 inline long percpu_peek(uint32_t, unsigned, void**) { return -1; }
+inline long percpu_push_draining(uint32_t, unsigned, void*, void**, size_t) { return kSheafMoved; }
 
 #endif
 
