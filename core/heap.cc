@@ -211,7 +211,16 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
   // A program whose first allocation is a bulk one decides the front end here (once
   // g_percpu is set, no call).
   if (__builtin_expect(!g_percpu, 0) && !percpu_decided()) percpu_decide();
-  size_t got = n && g_percpu ? percpu_take(cls, out, n) : 0;
+  if (n <= 2) {  // one or two single pops cost less than a batch section
+    for (size_t i = 0; i < n; i++) {
+      if (!(out[i] = alloc_class(cls))) {
+        free_bulk_class(cls, out, i);
+        return 0;
+      }
+    }
+    return n;
+  }
+  size_t got = g_percpu ? percpu_take(cls, out, n) : 0;
   while (got < n) {
     size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
     size_t k = g_depot[current_shard()][cls].take(cls, out + got, want);

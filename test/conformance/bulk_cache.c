@@ -73,6 +73,16 @@ static void test_bulk_every_class(void) {
       objs[i] = NULL;
     }
     uslab_free_bulk(n, objs);
+    /* Bulks of one and two take the single-object path: distinct, usable objects. */
+    for (size_t k = 1; k <= 2; k++) {
+      objs[1] = NULL;
+      CHECK(uslab_alloc_bulk(size, k, objs) == k);
+      CHECK(objs[0] != NULL && malloc_usable_size(objs[0]) >= size);
+      CHECK(k == 1 ? objs[1] == NULL : objs[1] != NULL && objs[1] != objs[0]);
+      for (size_t i = 0; i < k; i++) fill(objs[i], size);
+      for (size_t i = 0; i < k; i++) CHECK(intact(objs[i], size));
+      uslab_free_bulk(k, objs);
+    }
   }
 }
 
@@ -258,6 +268,16 @@ static void test_all_or_nothing(void) {
   uslab_cache_t *c = uslab_cache_create("pressure", 20000, 0, 0, NULL);
   errno = 0;
   CHECK(c && uslab_cache_alloc_bulk(c, 100000, out) == 0 && errno == ENOMEM);
+  /* Bulks of two until memory runs out: the failing call fails whole (the first
+   * object it got is given back), and every pair before it is intact. */
+  size_t pairs = 0, got = 0;
+  void *odd = malloc(32768); /* refills come in twos: make the second of a pair fail */
+  for (errno = 0; pairs < 50000 && (got = uslab_alloc_bulk(32768, 2, out + 2 * pairs)) == 2; pairs++)
+    memset(out[2 * pairs + 1], 0x5a, 32768);
+  CHECK(pairs < 50000 && got == 0 && errno == ENOMEM);
+  for (size_t i = 0; i < pairs; i++) CHECK(((unsigned char *)out[2 * i + 1])[32767] == 0x5a);
+  uslab_free_bulk(2 * pairs, out);
+  free(odd);
   /* Nothing stayed allocated, and the heap still works. */
   struct mallinfo2 after = mallinfo2();
   CHECK(after.uordblks <= before.uordblks + (64u << 10));
