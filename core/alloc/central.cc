@@ -96,36 +96,69 @@ void check_poison(unsigned cls, const void* p) {
 
 }  // namespace
 
-size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
+size_t CentralList::take_partial(void** out, size_t n) {
   size_t got = 0;
-  lock_.lock();
-  batches_out_++;
   while (got < n) {
     Span* s = partial_.front();
-    if (!s && spare_) {
-      s = spare_;
-      spare_ = nullptr;
-      partial_.push_front(s);
-      s->on_partial = 1;
-    }
-    if (!s) {
-      lock_.unlock();
-      Span* fresh = new_slab(cls);
-      lock_.lock();
-      if (!fresh) break;
-      slabs_++;
-      free_objects_ += fresh->free_count;
-      partial_.push_front(fresh);
-      fresh->on_partial = 1;
-      continue;
-    }
-    size_t k = take_from(s, out + got, n - got);
-    got += k;
-    free_objects_ -= k;
+    if (!s) break;
+    got += take_from(s, out + got, n - got);
     if (s->free_count == 0) {
       partial_.remove(s);
       s->on_partial = 0;
     }
+  }
+  add_free(-static_cast<ptrdiff_t>(got));
+  return got;
+}
+
+size_t CentralList::borrow(unsigned cls, void** out, size_t n) {
+  const unsigned me = shard(), count = shard_count();
+  const size_t surplus = n + kLendReserveSlabs * size_t{class_info(cls).objects};
+  for (unsigned i = 1; i < count; i++) {
+    unsigned sh = (me + i) % count;
+    if (node_of_shard(sh) != node_of_shard(me)) continue;  // its memory is elsewhere
+    CentralList& other = g_central[sh][cls];
+    if (__atomic_load_n(&other.free_objects_, __ATOMIC_RELAXED) < surplus ||
+        !other.lock_.try_lock())
+      continue;
+    size_t k = other.take_partial(out, n);
+    other.lent_ += k;
+    other.lock_.unlock();
+    if (k) return k;
+  }
+  return 0;
+}
+
+size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
+  lock_.lock();
+  batches_out_++;
+  size_t got = take_partial(out, n);
+  bool asked_others = false;
+  while (got < n) {
+    if (spare_) {
+      partial_.push_front(spare_);
+      spare_->on_partial = 1;
+      spare_ = nullptr;
+    } else {
+      lock_.unlock();
+      if (!asked_others) {
+        asked_others = true;
+        size_t k = borrow(cls, out + got, n - got);
+        if (k) {
+          got += k;
+          lock_.lock();
+          break;
+        }
+      }
+      Span* fresh = new_slab(cls);
+      lock_.lock();
+      if (!fresh) break;
+      slabs_++;
+      add_free(fresh->free_count);
+      partial_.push_front(fresh);
+      fresh->on_partial = 1;
+    }
+    got += take_partial(out + got, n - got);
   }
   lock_.unlock();
   if (poisoned_class(cls))
@@ -161,7 +194,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
     s->bitmap[idx / 64] |= bit;
     if (idx / 64 < s->scan_hint) s->scan_hint = static_cast<uint16_t>(idx / 64);
     s->free_count++;
-    free_objects_++;
+    add_free(1);
     if (!s->on_partial) {
       partial_.push_front(s);
       s->on_partial = 1;
@@ -176,7 +209,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       } else {
         USLAB_PROBE(slab_release, cls, s->start);
         slabs_--;
-        free_objects_ -= s->capacity;
+        add_free(-static_cast<ptrdiff_t>(s->capacity));
         empties[nempty++] = s;
         if (nempty == 64) {
           lock_.unlock();
@@ -220,7 +253,7 @@ void CentralList::release_spare() {
   spare_ = nullptr;
   if (s) {
     slabs_--;
-    free_objects_ -= s->capacity;
+    add_free(-static_cast<ptrdiff_t>(s->capacity));
   }
   lock_.unlock();
   if (s) page_heap_of(s).free(s);
@@ -229,7 +262,7 @@ void CentralList::release_spare() {
 CentralStats CentralList::stats(unsigned cls) {
   LockGuard g(lock_);
   return CentralStats{slabs_, slabs_ * class_info(cls).objects, free_objects_, batches_out_,
-                      batches_in_, remote_};
+                      batches_in_, remote_, lent_};
 }
 
 }  // namespace uslab

@@ -134,7 +134,10 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   if (npages == 0 || align_pages == 0 || npages + align_pages - 1 > kMaxPages) return nullptr;
   size_t want = npages + align_pages - 1;
   Span* s = find_free(want);
-  if (!s && grow) s = grow_heap();
+  if (!s && grow) {
+    purge_short(want);
+    s = grow_heap();
+  }
   if (!s) return nullptr;
   remove_free(s);
   // Leading pages up to the alignment go back to the free lists.
@@ -278,6 +281,25 @@ void PageHeap::maybe_purge(uint64_t now) {
   if (dirty_pages_ || free_pages_ >= kMaxPages) purge_locked(now, false);
 }
 
+size_t PageHeap::purge_span(Span* s) {
+  USLAB_PROBE(page_purge, s->start, s->bytes());
+  if (s->segment->huge) advise_huge(s->segment, false);  // see page_heap.h
+  os::purge(s->start, s->bytes());
+  dirty_pages_ -= s->npages;
+  s->dirty = 0;
+  return s->bytes();
+}
+
+void PageHeap::purge_short(size_t npages) {
+  size_t in_use = segments_ * kMaxPages - free_pages_;
+  size_t allowance = in_use / kDirtyShare > kMaxPages ? in_use / kDirtyShare : kMaxPages;
+  size_t purged = 0;
+  for (size_t i = 1; i < npages && dirty_pages_ > allowance; i++)
+    for (Span* s = lists_[i].front(); s && dirty_pages_ > allowance; s = s->next)
+      if (s->dirty) purged += purge_span(s);
+  purged_bytes_ += purged;
+}
+
 size_t PageHeap::purge(bool all) {
   LockGuard g(lock_);
   return purge_locked(os::now_ms(), all);
@@ -303,13 +325,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
         segment_destroy(seg);
         continue;
       }
-      if (!s->dirty) continue;
-      USLAB_PROBE(page_purge, s->start, s->bytes());
-      if (s->segment->huge) advise_huge(s->segment, false);  // see page_heap.h
-      os::purge(s->start, s->bytes());
-      dirty_pages_ -= s->npages;
-      s->dirty = 0;
-      purged += s->bytes();
+      if (s->dirty) purged += purge_span(s);
     }
   }
   purged_bytes_ += purged;

@@ -293,3 +293,37 @@ TEST_CASE("the shortest free span that fits is taken, at every length a segment 
   ph.purge(true);
   CHECK(ph.stats().segments == 0);
 }
+
+TEST_CASE("a heap that must grow first purges the dirty holes too short for the request") {
+  PageHeap ph;
+  bool z;
+  // Three segments of one-page spans, every other one freed: 766 dirty one-page
+  // holes between live pages, more than the allowance (a segment's worth, 511 pages,
+  // above 1/8 of the 767 pages in use).
+  std::vector<Span*> spans;
+  for (size_t i = 0; i < 3 * PageHeap::kMaxPages; i++) {
+    spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
+    REQUIRE(spans.back() != nullptr);
+    spans.back()->start[0] = 1;
+  }
+  REQUIRE(ph.stats().segments == 3);
+  for (size_t i = 1; i < spans.size(); i += 2) ph.free(spans[i]);
+  const size_t holes = spans.size() / 2;
+  PageHeapStats before = ph.stats();
+  REQUIRE(before.dirty_bytes == holes * kPageSize);
+  // None of the holes holds two pages: the heap maps a segment, and purges the
+  // shortest dirty holes first, down to the allowance.
+  Span* two = ph.alloc(2, 1, SpanKind::kLarge, &z);
+  REQUIRE(two != nullptr);
+  PageHeapStats after = ph.stats();
+  REQUIRE(after.segments == 4);
+  REQUIRE(after.dirty_bytes == PageHeap::kMaxPages * kPageSize);
+  REQUIRE(after.purged_bytes - before.purged_bytes == (holes - PageHeap::kMaxPages) * kPageSize);
+  // A request the holes could serve maps nothing and purges nothing.
+  Span* one = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  REQUIRE(ph.stats().purged_bytes == after.purged_bytes);
+  ph.free(one);
+  ph.free(two);
+  for (size_t i = 0; i < spans.size(); i += 2) ph.free(spans[i]);
+  ph.purge(true);
+}

@@ -124,3 +124,50 @@ TEST_CASE("a page heap with no room takes another heap's free pages, which go ba
   for (Span* s : taken) page_heap_of(s).free(s);
   REQUIRE(lender.stats().free_bytes == lender_free);
 }
+
+TEST_CASE("a shard with nothing free borrows another shard's surplus before carving a slab") {
+  if (!have_two_shards()) return;
+  unsigned cls = size_to_class(200);
+  const size_t per_slab = kClassInfo[cls].objects;
+  auto in_use = [cls](unsigned sh) {
+    CentralStats st = g_central[sh][cls].stats(cls);
+    return st.objects - st.free_objects;
+  };
+  const size_t used0 = in_use(0), used1 = in_use(1);
+  // Shard 1 uses up exactly what it has free (its partial slabs and its spare).
+  std::vector<void*> drained(g_central[1][cls].stats(cls).free_objects);
+  if (!drained.empty())
+    REQUIRE(g_central[1][cls].alloc_batch(cls, drained.data(), drained.size()) == drained.size());
+  REQUIRE(g_central[1][cls].stats(cls).free_objects == 0);
+  // Shard 0 gets a surplus: 4 slabs' worth freed again, one object kept in each
+  // slab so that none is empty (empty ones go back to the page heap).
+  std::vector<void*> a(4 * per_slab);
+  REQUIRE(g_central[0][cls].alloc_batch(cls, a.data(), a.size()) == a.size());
+  std::vector<void*> kept, freed;
+  for (size_t i = 0; i < a.size(); i++) (i % per_slab == 0 ? kept : freed).push_back(a[i]);
+  central_free(cls, freed.data(), freed.size());
+  CentralStats a0 = g_central[0][cls].stats(cls), b0 = g_central[1][cls].stats(cls);
+  REQUIRE(a0.free_objects >= 2 * per_slab + per_slab / 2);
+  // Shard 1's next batch comes from shard 0's slabs, and shard 1 carves nothing.
+  std::vector<void*> b(per_slab / 2);
+  REQUIRE(g_central[1][cls].alloc_batch(cls, b.data(), b.size()) == b.size());
+  for (void* p : b) REQUIRE(PageMap::get(p)->shard == 0);
+  CentralStats a1 = g_central[0][cls].stats(cls), b1 = g_central[1][cls].stats(cls);
+  REQUIRE(b1.slabs == b0.slabs);
+  REQUIRE(a1.free_objects == a0.free_objects - b.size());
+  REQUIRE(a1.lent == a0.lent + b.size());
+  // Without a surplus beyond the reserve, shard 1 carves its own slab instead.
+  std::vector<void*> rest(a1.free_objects - 2 * per_slab + 1);
+  REQUIRE(g_central[0][cls].alloc_batch(cls, rest.data(), rest.size()) == rest.size());
+  void* own;
+  REQUIRE(g_central[1][cls].alloc_batch(cls, &own, 1) == 1);
+  REQUIRE(PageMap::get(own)->shard == 1);
+  // Freed, every object goes back to the shard that carved its slab.
+  central_free(cls, b.data(), b.size());
+  central_free(cls, rest.data(), rest.size());
+  central_free(cls, kept.data(), kept.size());
+  central_free(cls, &own, 1);
+  if (!drained.empty()) central_free(cls, drained.data(), drained.size());
+  REQUIRE(in_use(0) == used0);
+  REQUIRE(in_use(1) == used1);
+}
