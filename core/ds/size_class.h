@@ -81,14 +81,15 @@ constexpr uint16_t clamp16(size_t v, size_t lo, size_t hi) {
 constexpr SizeClassInfo make_info(uint32_t size, size_t max_sheaf = kMaxSheafCap) {
   SizeClassInfo c{size, 0, 0, 0, 0, 0, 0, 0};
   if (size == 0) return c;
-  // Shortest slab with at least 8 objects (fewer for objects above 4 KiB, down to 2:
-  // a slab of big objects stays pinned by any one survivor, so they get small slabs,
-  // as jemalloc serves them from page runs) and at most 1/16 of it wasted. From 4 KiB
-  // rather than 8: the fragmentation workload's peak went from 244-246 to 230-234 MiB
-  // (jemalloc 210) for 1.15-1.24x the cycles of N x free / N x alloc at 8 KiB, still
-  // under a third of jemalloc's; 4 objects from 2 KiB up (226 MiB) also cost 1.2-1.4x
-  // at 4 KiB, and was not taken.
-  size_t min_objs = 32768 / size < 2 ? 2 : 32768 / size > 8 ? 8 : 32768 / size;
+  // Shortest slab with at least 8 objects (fewer above 4 KiB: 16 KiB's worth, down to
+  // 1: a slab of big objects stays pinned by any one survivor, so they get small
+  // slabs, as jemalloc serves them from page runs) and at most 1/16 of it wasted. The
+  // fragmentation workload's peak: 244-246 MiB with 8 objects down to 2 from 8 KiB,
+  // 230-234 with that from 4 KiB, 217-222 with 16 KiB's worth (jemalloc 215; N x
+  // alloc at 16-32 KiB 1.5x the cycles, a third of jemalloc's); 4 objects from 2 KiB
+  // up (226 MiB then) cost 1.2-1.4x at 4 KiB, and was not taken.
+  size_t min_objs = size > 4096 ? (16384 / size > 1 ? 16384 / size : 1)
+                                : (32768 / size > 8 ? 8 : 32768 / size);
   uint16_t best_pages = 0;
   for (uint16_t np = 1; np <= kMaxSlabPages; np++) {
     size_t bytes = np * kPageSize;

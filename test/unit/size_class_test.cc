@@ -34,13 +34,15 @@ TEST_CASE("classes are increasing and 16-byte multiples from 16 up") {
 TEST_CASE("slab geometry fits the bitmap and the slab") {
   for (unsigned c = 1; c < kNumClasses; c++) {
     const SizeClassInfo& i = kClassInfo[c];
-    // 8 objects or more, except that objects above 4 KiB get shorter slabs (at least
-    // 2 objects; one survivor pins a slab), of at most about 64 KiB.
-    REQUIRE(i.objects >= (i.size <= 4096 ? 8u : 2u));
+    // 8 objects or more, except that objects above 4 KiB get shorter slabs (16 KiB's
+    // worth of objects or one: one survivor pins a slab), of at most about 64 KiB.
+    REQUIRE(i.objects >= (i.size <= 4096 ? 8u : 1u));
     if (i.size > 4096) {
-      REQUIRE(i.objects >= 32768 / i.size);
+      REQUIRE(i.objects >= 16384 / i.size);
       REQUIRE(size_t{i.slab_pages} * kPageSize <= 65536 + i.size);
     }
+    // Page-sized objects from 16 KiB up are slabs of one: page runs, as jemalloc's.
+    if (i.size >= 16384 && i.size % kPageSize == 0) REQUIRE(i.objects == 1);
     REQUIRE(i.objects <= kMaxSlabObjects);
     REQUIRE(size_t{i.objects} * i.size <= size_t{i.slab_pages} * kPageSize);
     REQUIRE(i.slab_pages <= kMaxSlabPages);
