@@ -9,8 +9,8 @@
 // A shard with no free object left borrows from another shard of its node before it
 // carves a slab, when that one has a surplus (kLendReserveSlabs slabs' worth beyond
 // the request) and its lock is free: a thread that moved to another CPU would
-// otherwise fill new slabs while its old shard's sit mostly free (the fragmentation
-// workload's peak held ~30 MiB of such free objects on 2 CPUs). The objects stay
+// otherwise fill new slabs while its old shard's sit mostly free (+75% resident
+// memory in test/stress/migrate_reuse.c, +2.4% with borrowing). The objects stay
 // their slab's shard's; freed, they go back there.
 //
 // Locking: each CentralList's lock guards its partial list, its spare, the bitmap,

@@ -21,6 +21,10 @@
 //
 // Slow paths run the batch sections below, which move up to a whole sheaf in one
 // section and are tied to an expected CPU (they fail if the thread is elsewhere).
+// Rule for every section: before its commit it writes only slots above `current`
+// (and its own output): a restart must find the sheaf as it was. A drain that put
+// the freed object into a slot it had just emptied broke this and handed blocks out
+// twice (test/stress/churn.c's signal storm catches it every run).
 // A CPU's capacity (the `end` fields) and its byte budget change only under that
 // CPU's Mutex (CpuMeta::lock) and only through sections that run on that CPU.
 //
