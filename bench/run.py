@@ -14,7 +14,7 @@ Benchmarks (default: all):
   bulk          the kernel bulk-API seed table: cycles per object of n allocs + n
                 frees, single calls vs uslab_alloc_bulk / uslab_cache_alloc_bulk
   concurrent    the seed concurrent test: every CPU does N x alloc then N x free
-                at once, average cycles per phase by size
+                at once, average cycles per phase by size (warm pass; cold as ratios)
   instructions  instructions per malloc+free pair (valgrind callgrind, which has no
                 rseq: the per-thread fallback for uslab)
   rss           memory return: a 256 MB peak of small objects freed, and a
@@ -201,21 +201,30 @@ def bench_concurrent(args, allocs, out):
     def one(a, lib):
         for row in run_json([exe, "concurrent", str(cpus), "10000"], lib):
             for phase in ("alloc", "free"):
-                results.setdefault((a, phase, row["size"]), []).append(row[f"{phase}_cycles"])
+                key = (a, row.get("pass", "warm"), phase, row["size"])
+                results.setdefault(key, []).append(row[f"{phase}_cycles"])
 
     alternate(peers, args.rounds, one)
     med = {k: statistics.median(v) for k, v in results.items()}
-    sizes = sorted({s for (_, _, s) in results})
+    sizes = sorted({k[3] for k in results})
     print(f"Command: tools/uslab bench concurrent --rounds {args.rounds} ({cpus} threads, one "
-          "pinned per CPU, N = 10000; average TSC cycles per operation)\n")
-    print("| size | uslab alloc | jemalloc alloc | ratio | uslab free | jemalloc free | ratio |")
-    print("|---|---|---|---|---|---|---|")
+          "pinned per CPU, N = 10000; average TSC cycles per operation of the warm pass, the "
+          "second over the sizes in each process; the cold pass, the process's first use of "
+          "each size, as ratios)\n")
+    print("| size | uslab alloc | jemalloc alloc | ratio | uslab free | jemalloc free | ratio "
+          "| cold alloc ratio | cold free ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for size in sizes:
-        ua, ja = med[("uslab", "alloc", size)], med[("jemalloc", "alloc", size)]
-        uf, jf = med[("uslab", "free", size)], med[("jemalloc", "free", size)]
-        print(f"| {size} | {ua:.1f} | {ja:.1f} | {ua / ja:.2f} | {uf:.1f} | {jf:.1f} | {uf / jf:.2f} |")
+        r = {(p, ph): med[("uslab", p, ph, size)] / med[("jemalloc", p, ph, size)]
+             for p in ("warm", "cold") for ph in ("alloc", "free")}
+        ua, ja = med[("uslab", "warm", "alloc", size)], med[("jemalloc", "warm", "alloc", size)]
+        uf, jf = med[("uslab", "warm", "free", size)], med[("jemalloc", "warm", "free", size)]
+        print(f"| {size} | {ua:.1f} | {ja:.1f} | {r['warm', 'alloc']:.2f} | {uf:.1f} | {jf:.1f} "
+              f"| {r['warm', 'free']:.2f} | {r['cold', 'alloc']:.2f} | {r['cold', 'free']:.2f} |")
     print()
-    out["concurrent"] = {f"{a}/{p}/{s}": v for (a, p, s), v in results.items()}
+    # Warm rows keep the keys of earlier runs (allocator/phase/size); cold ones add /cold.
+    out["concurrent"] = {f"{a}/{ph}/{s}" + ("/cold" if p == "cold" else ""): v
+                         for (a, p, ph, s), v in results.items()}
 
 
 def numa_pair():
@@ -573,7 +582,7 @@ def plot(out, directory):
             for alloc in ("uslab", "jemalloc"):
                 pts = sorted((int(k.split("/")[2]), statistics.median(v))
                              for k, v in out["concurrent"].items()
-                             if k.startswith(f"{alloc}/{phase}/"))
+                             if k.startswith(f"{alloc}/{phase}/") and k.count("/") == 2)
                 ax.plot([s for s, _ in pts], [c for _, c in pts], marker="o", label=alloc)
             ax.set_xscale("log", base=2)
             ax.set_xlabel("size (bytes)")

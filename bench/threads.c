@@ -18,8 +18,12 @@
  *   threads concurrent THREADS N      the seed "concurrent" test: THREADS threads, each
  *                                     pinned to its own CPU, do N x alloc then N x
  *                                     free for sizes 32 … 4096 at the same time; one
- *                                     JSON line per size with the average TSC cycles
- *                                     per operation of each phase
+ *                                     JSON line per size and pass with the average
+ *                                     TSC cycles per operation of each phase. Two
+ *                                     passes over the sizes: "cold" (the process's
+ *                                     first use of each size: first-touch of caches
+ *                                     and slabs) and "warm" (the same again, the
+ *                                     steady state the seed test measured)
  *   threads mem THREADS OBJECTS       THREADS threads, all alive until the end,
  *                                     take turns allocating OBJECTS objects (16..256
  *                                     bytes) and freeing them: peak RSS shows what
@@ -255,8 +259,9 @@ int main(int argc, char **argv) {
   } else if (!strcmp(what, "concurrent")) {
     conc_n = (long)arg;
     static const size_t sizes[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
-    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
-      conc_size = sizes[k];
+    enum { kSizes = sizeof sizes / sizeof *sizes };
+    for (size_t k = 0; k < 2 * kSizes; k++) {
+      conc_size = sizes[k % kSizes];
       atomic_store(&conc_alloc_cycles, 0);
       atomic_store(&conc_free_cycles, 0);
       pthread_barrier_init(&conc_barrier, NULL, (unsigned)nthreads);
@@ -264,9 +269,10 @@ int main(int argc, char **argv) {
       for (int i = 0; i < nthreads; i++) pthread_join(ts[i], NULL);
       pthread_barrier_destroy(&conc_barrier);
       double ops = (double)conc_n * nthreads;
-      printf("{\"workload\": \"concurrent\", \"threads\": %d, \"size\": %zu, "
-             "\"alloc_cycles\": %.1f, \"free_cycles\": %.1f}\n",
-             nthreads, conc_size, (double)atomic_load(&conc_alloc_cycles) / ops,
+      printf("{\"workload\": \"concurrent\", \"threads\": %d, \"pass\": \"%s\", "
+             "\"size\": %zu, \"alloc_cycles\": %.1f, \"free_cycles\": %.1f}\n",
+             nthreads, k < kSizes ? "cold" : "warm", conc_size,
+             (double)atomic_load(&conc_alloc_cycles) / ops,
              (double)atomic_load(&conc_free_cycles) / ops);
     }
     return 0;
