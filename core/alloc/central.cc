@@ -94,6 +94,13 @@ void check_poison(unsigned cls, const void* p) {
   abort_if_configured();
 }
 
+// The n objects alloc_batch hands out, checked (after the lock) when poisoned.
+size_t handed_out(unsigned cls, void* const* out, size_t n) {
+  if (poisoned_class(cls))
+    for (size_t i = 0; i < n; i++) check_poison(cls, out[i]);
+  return n;
+}
+
 }  // namespace
 
 size_t CentralList::take_partial(void** out, size_t n) {
@@ -143,12 +150,7 @@ size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
       lock_.unlock();
       if (!asked_others) {
         asked_others = true;
-        size_t k = borrow(cls, out + got, n - got);
-        if (k) {
-          got += k;
-          lock_.lock();
-          break;
-        }
+        if (size_t k = borrow(cls, out + got, n - got)) return handed_out(cls, out, got + k);
       }
       Span* fresh = new_slab(cls);
       lock_.lock();
@@ -161,9 +163,7 @@ size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
     got += take_partial(out + got, n - got);
   }
   lock_.unlock();
-  if (poisoned_class(cls))
-    for (size_t i = 0; i < got; i++) check_poison(cls, out[i]);
-  return got;
+  return handed_out(cls, out, got);
 }
 
 size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool remote) {
