@@ -706,7 +706,7 @@ void die(const char* message) { os::fatal("uslab: %s\n", message); }
 // slow path) is skipped rather than deadlocked on; the child resets every lock.
 namespace {
 
-constexpr size_t kForkLocks = 2 * kMaxShards * (kMaxClasses - 1) + 3 * kMaxShards + 6;
+constexpr size_t kForkLocks = 2 * kMaxShards * (kMaxClasses - 1) + 2 * kMaxShards + 6;
 Mutex* g_fork_locks[kForkLocks];
 bool g_fork_taken[kForkLocks];
 
@@ -719,7 +719,6 @@ size_t collect_fork_locks() {
     for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_central[sh][c].lock();
   g_fork_locks[n++] = &huge_cache_lock();
   for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &g_page_heap[sh].lock();
-  for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &g_page_heap[sh].desc_lock();
   g_fork_locks[n++] = &g_span_pool.lock();
   g_fork_locks[n++] = &thread_cache_pool_lock();
   for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &depot_sheaf_pool_lock(sh);

@@ -170,31 +170,27 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
   Span* empties[64];
   size_t nempty = 0;
   const unsigned me = shard();
-  lock_.lock();
-  batches_in_++;
+  const bool poison = poisoned_class(cls);
+  // The objects of one slab in a row (the usual batch) are counted in registers and
+  // their bitmap word is written once per word: a load-or-store per object chained
+  // the loop through store forwarding (free_batch: 18% of N x alloc/free at 64 B, 10%
+  // after).
   Span* s = nullptr;
-  size_t i = 0;
-  for (; i < n; i++) {
-    void* p = ptrs[i];
-    // Neighbours in a batch usually share a slab: skip the map lookup for them.
-    if (!s || static_cast<size_t>(static_cast<char*>(p) - s->start) >= s->bytes()) {
-      s = PageMap::get(p);
-      if (s->shard != me) break;  // another shard's slab: the caller routes it
+  size_t w = 0, lo = 0;  // s's bitmap word held in `word`; the lowest word touched
+  uint64_t word = 0;
+  uint32_t freed = 0;    // objects of s in this run
+  size_t total = 0;
+  // Commits the run of s: bitmap word, counts, lists; an empty slab beyond the
+  // spare joins `empties`. Lock held.
+  auto finish_run = [&] {
+    if (freed == 0) {  // a run cut short by a double free: the slab may be the spare
+      s = nullptr;
+      return;
     }
-    size_t idx = s->object_index(p);
-    uint64_t bit = uint64_t{1} << (idx % 64);
-    if (s->bitmap[idx / 64] & bit) {
-      lock_.unlock();
-      report_bad_free(p, "double free", cls);
-      lock_.lock();
-      s = nullptr;  // unlocked meanwhile: the slab may be gone
-      continue;
-    }
-    if (poisoned_class(cls)) memset(p, kPoisonByte, s->obj_size);  // before it is free
-    s->bitmap[idx / 64] |= bit;
-    if (idx / 64 < s->scan_hint) s->scan_hint = static_cast<uint16_t>(idx / 64);
-    s->free_count++;
-    add_free(1);
+    s->bitmap[w] = word;
+    if (lo < s->scan_hint) s->scan_hint = static_cast<uint16_t>(lo);
+    s->free_count = static_cast<uint16_t>(s->free_count + freed);
+    total += freed;
     if (!s->on_partial) {
       partial_.push_front(s);
       s->on_partial = 1;
@@ -209,21 +205,62 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       } else {
         USLAB_PROBE(slab_release, cls, s->start);
         slabs_--;
-        add_free(-static_cast<ptrdiff_t>(s->capacity));
+        total -= s->capacity;
         empties[nempty++] = s;
-        if (nempty == 64) {
-          lock_.unlock();
-          for (size_t j = 0; j < nempty; j++) page_heap_of(empties[j]).free(empties[j]);
-          nempty = 0;
-          s = nullptr;  // it may have been one of them
-          lock_.lock();
-        }
       }
     }
+    s = nullptr;
+  };
+  // The free count is published before the lock is dropped (borrowers read it).
+  auto publish_and_unlock = [&] {
+    add_free(static_cast<ptrdiff_t>(total));
+    total = 0;
+    lock_.unlock();
+  };
+  lock_.lock();
+  batches_in_++;
+  size_t i = 0;
+  for (; i < n; i++) {
+    void* p = ptrs[i];
+    // Neighbours in a batch usually share a slab: skip the map lookup for them.
+    if (!s || static_cast<size_t>(static_cast<char*>(p) - s->start) >= s->bytes()) {
+      if (s) finish_run();
+      if (nempty == 64) {  // hand the empties over without the lock
+        publish_and_unlock();
+        page_heap_free_spans(empties, nempty);
+        nempty = 0;
+        lock_.lock();
+      }
+      Span* t = PageMap::get(p);
+      if (t->shard != me) break;  // another shard's slab: the caller routes it
+      s = t;
+      w = lo = s->object_index(p) / 64;
+      word = s->bitmap[w];
+      freed = 0;
+    }
+    size_t idx = s->object_index(p);
+    if (idx / 64 != w) {
+      s->bitmap[w] = word;
+      w = idx / 64;
+      if (w < lo) lo = w;
+      word = s->bitmap[w];
+    }
+    uint64_t bit = uint64_t{1} << (idx % 64);
+    if (word & bit) {
+      finish_run();
+      publish_and_unlock();
+      report_bad_free(p, "double free", cls);
+      lock_.lock();
+      continue;
+    }
+    if (poison) memset(p, kPoisonByte, s->obj_size);  // before it is free
+    word |= bit;
+    freed++;
   }
+  if (s) finish_run();
   if (remote) remote_ += i;
-  lock_.unlock();
-  for (size_t j = 0; j < nempty; j++) page_heap_of(empties[j]).free(empties[j]);
+  publish_and_unlock();
+  page_heap_free_spans(empties, nempty);
   return i;
 }
 

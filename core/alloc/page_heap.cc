@@ -168,11 +168,20 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   return s;
 }
 
-void PageHeap::free(Span* s) {
+void PageHeap::free(Span* const* spans, size_t n) {
   LockGuard g(lock_);
   uint64_t now = os::now_ms();
-  free_locked(s, now);
+  for (size_t i = 0; i < n; i++) free_locked(spans[i], now);
   maybe_purge(now);
+}
+
+void page_heap_free_spans(Span* const* spans, size_t n) {
+  for (size_t i = 0, j; i < n; i = j) {
+    PageHeap& heap = page_heap_of(spans[i]);
+    for (j = i + 1; j < n && &page_heap_of(spans[j]) == &heap; j++) {
+    }
+    heap.free(spans + i, j - i);
+  }
 }
 
 void PageHeap::free_locked(Span* s, uint64_t now) {

@@ -92,7 +92,9 @@ class alignas(64) PageHeap {
   Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
   // Give back a slab or large span (its page-map interior must be cleared by then
   // for large spans; slab interiors are cleared here).
-  void free(Span* s);
+  void free(Span* s) { free(&s, 1); }
+  // The same for n spans of this heap under one lock (the empty slabs of a batch).
+  void free(Span* const* spans, size_t n);
   // Large spans: grow in place into a free successor; true on success.
   bool try_grow(Span* s, size_t new_npages);
   // Large spans: give back the pages past new_npages.
@@ -102,11 +104,7 @@ class alignas(64) PageHeap {
 
   PageHeapStats stats();
   Mutex& lock() { return lock_; }
-  Mutex& desc_lock() { return descs_.lock(); }
-  void reset_after_fork() {
-    lock_.reset_after_fork();
-    descs_.lock().reset_after_fork();
-  }
+  void reset_after_fork() { lock_.reset_after_fork(); }
 
  private:
   Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow);
@@ -135,7 +133,7 @@ class alignas(64) PageHeap {
   unsigned index() const;  // in g_page_heap, or kPrivate
 
   Mutex lock_;
-  PagedPool<Span> descs_;  // descriptors of this heap's spans
+  PagedPool<Span> descs_;  // descriptors of this heap's spans (under lock_)
   // Free spans by length (1 … kMaxPages; index 0 unused), and which lists are not empty.
   IntrusiveList<Span> lists_[kPagesPerSegment];
   uint64_t nonempty_[kPagesPerSegment / 64] = {};
@@ -153,6 +151,8 @@ extern MetaPool<Span> g_span_pool;  // descriptors of huge segments
 
 // The heap whose segment holds span s (slab, large or free).
 inline PageHeap& page_heap_of(const Span* s) { return g_page_heap[s->segment->heap]; }
+// Give spans[0..n) back to their heaps, one lock per run of one heap's.
+void page_heap_free_spans(Span* const* spans, size_t n);
 // Every heap in use: purge (bytes purged), and the counters summed.
 size_t page_heap_purge_all(bool all);
 PageHeapStats page_heap_stats();

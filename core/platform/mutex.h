@@ -18,8 +18,14 @@
 
 namespace uslab {
 
-// The id of the calling thread (cached in TLS; reset in a forked child).
-uint32_t current_tid();
+// The id of the calling thread (cached in TLS; reset in a forked child). Inline:
+// every lock asks for it, and a call was 1.7% of N x alloc / N x free at 1 KiB.
+extern __thread uint32_t t_tid __attribute__((tls_model("initial-exec")));
+uint32_t current_tid_slow();
+inline uint32_t current_tid() {
+  uint32_t tid = t_tid;
+  return __builtin_expect(tid != 0, 1) ? tid : current_tid_slow();
+}
 void forget_current_tid();
 
 class Mutex {

@@ -361,13 +361,9 @@ void fatal(const char* fmt, ...) {
 
 namespace uslab {
 
-static __thread uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+__thread uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
 
-uint32_t current_tid() {
-  uint32_t tid = t_tid;
-  if (__builtin_expect(tid == 0, 0)) t_tid = tid = static_cast<uint32_t>(os::syscall6(SYS_gettid));
-  return tid;
-}
+uint32_t current_tid_slow() { return t_tid = static_cast<uint32_t>(os::syscall6(SYS_gettid)); }
 
 void forget_current_tid() { t_tid = 0; }
 

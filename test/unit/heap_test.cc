@@ -67,15 +67,36 @@ TEST_CASE("slab batches hand out distinct objects and detect double frees") {
   void* p;
   REQUIRE(g_central[0][cls].alloc_batch(cls, &p, 1) == 1);
   g_central[0][cls].free_batch(cls, &p, 1);
-  g_central[0][cls].free_batch(cls, &p, 1);  // second free reaches the slab: reported
+  const size_t slabs = g_central[0][cls].stats(cls).slabs;
+  // Second free reaches the slab (now the class's spare, wholly free): reported, and
+  // the slab stays the spare (a batch that freed it to the page heap too hung here).
+  g_central[0][cls].free_batch(cls, &p, 1);
   REQUIRE(g_bad_free_reports.load() == before + 1);
+  REQUIRE(g_central[0][cls].stats(cls).slabs == slabs);
+  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
+  sorted = objs;
+  std::sort(sorted.begin(), sorted.end());
+  REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
+  // The same object twice in one batch (free_batch counts a run of one slab's objects
+  // in registers): the second is reported, the first freed once.
+  void* twice[3];
+  REQUIRE(g_central[0][cls].alloc_batch(cls, twice, 2) == 2);
+  twice[2] = twice[0];
+  g_central[0][cls].free_batch(cls, twice, 3);
+  REQUIRE(g_bad_free_reports.load() == before + 2);
+  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
+  sorted = objs;
+  std::sort(sorted.begin(), sorted.end());
+  REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
   int local;
   heap::free(&local);  // not uslab's: reported, not crashed
-  REQUIRE(g_bad_free_reports.load() == before + 2);
+  REQUIRE(g_bad_free_reports.load() == before + 3);
   void* big = heap::alloc(100000);
   heap::free(big);
   heap::free(big);  // large double free
-  REQUIRE(g_bad_free_reports.load() == before + 3);
+  REQUIRE(g_bad_free_reports.load() == before + 4);
   g_config.abort_on_error = true;
 }
 
