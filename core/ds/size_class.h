@@ -109,8 +109,11 @@ constexpr SizeClassInfo make_info(uint32_t size, size_t max_sheaf = kMaxSheafCap
   c.tz = static_cast<uint8_t>(__builtin_ctz(size));
   c.inv = inverse_odd(size >> c.tz);
   c.tcache_cap = clamp16(32768 / size, 4, 256);
-  // About 16 KiB per batch; a CPU may cache up to 256 KiB of one class.
-  c.batch = clamp16(16384 / size, 2, kMaxBatch);
+  // About 16 KiB per batch, at least 8 objects up to 64 KiB (a refill or drain of
+  // 4 KiB objects every 4 made N x free 1.5x slower: 52 -> 34 cycles with 8, and
+  // 108 -> 57 at 8 KiB); a CPU may cache up to 256 KiB of one class.
+  size_t few = 65536 / size < 8 ? 65536 / size : 8;
+  c.batch = clamp16(16384 / size > few ? 16384 / size : few, 2, kMaxBatch);
   c.sheaf_cap = clamp16(262144 / size, 16, max_sheaf);
   return c;
 }
