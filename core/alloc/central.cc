@@ -40,6 +40,17 @@ Span* CentralList::new_slab(unsigned cls) {
   bool zeroed;
   Span* s = g_page_heap[shard()].alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
   if (!s) return nullptr;
+  uint64_t* bitmap = s->inline_bitmap;
+  if (Span::external_bitmap(info.objects)) {
+    bitmap = page_heap_of(s).alloc_bitmap();
+    if (!bitmap) {
+      page_heap_of(s).free(s);  // its capacity is still 0: no bitmap to drop with it
+      return nullptr;
+    }
+    s->inline_bitmap[0] = reinterpret_cast<uintptr_t>(bitmap);
+  } else {
+    memset(bitmap, 0, sizeof s->inline_bitmap);
+  }
   s->size_class = static_cast<uint8_t>(cls);
   s->obj_size = info.size;
   s->capacity = info.objects;
@@ -50,9 +61,8 @@ Span* CentralList::new_slab(unsigned cls) {
   s->scan_hint = 0;
   s->on_partial = 0;
   s->shard = static_cast<uint16_t>(shard());
-  memset(s->bitmap, 0, sizeof s->bitmap);
-  for (size_t i = 0; i < info.objects / 64; i++) s->bitmap[i] = ~uint64_t{0};
-  if (info.objects % 64) s->bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
+  for (size_t i = 0; i < info.objects / 64; i++) bitmap[i] = ~uint64_t{0};
+  if (info.objects % 64) bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
   USLAB_PROBE(slab_grow, cls, s->start);
   if (cls >= kFirstCacheClass) obj_cache_init_slab(cls, s->start, info.objects);
   else if (g_config.poison) memset(s->start, kPoisonByte, size_t{info.objects} * info.size);
@@ -64,14 +74,15 @@ Span* CentralList::new_slab(unsigned cls) {
 size_t CentralList::take_from(Span* s, void** out, size_t n) {
   size_t got = 0;
   size_t words = (s->capacity + 63) / 64;
+  uint64_t* bitmap = s->bitmap();
   for (size_t w = s->scan_hint; w < words && got < n; w++) {
-    uint64_t bits = s->bitmap[w];
+    uint64_t bits = bitmap[w];
     while (bits && got < n) {
       unsigned b = __builtin_ctzll(bits);
       bits &= bits - 1;
       out[got++] = s->start + (w * 64 + b) * size_t{s->obj_size};
     }
-    s->bitmap[w] = bits;
+    bitmap[w] = bits;
     s->scan_hint = static_cast<uint16_t>(bits ? w : w + 1);
   }
   s->free_count -= static_cast<uint16_t>(got);
@@ -176,6 +187,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
   // the loop through store forwarding (free_batch: 18% of N x alloc/free at 64 B, 10%
   // after).
   Span* s = nullptr;
+  uint64_t* bitmap = nullptr;  // s's
   size_t w = 0, lo = 0;  // s's bitmap word held in `word`; the lowest word touched
   uint64_t word = 0;
   uint32_t freed = 0;    // objects of s in this run
@@ -187,7 +199,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       s = nullptr;
       return;
     }
-    s->bitmap[w] = word;
+    bitmap[w] = word;
     if (lo < s->scan_hint) s->scan_hint = static_cast<uint16_t>(lo);
     s->free_count = static_cast<uint16_t>(s->free_count + freed);
     total += freed;
@@ -234,16 +246,17 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       Span* t = PageMap::get(p);
       if (t->shard != me) break;  // another shard's slab: the caller routes it
       s = t;
+      bitmap = s->bitmap();
       w = lo = s->object_index(p) / 64;
-      word = s->bitmap[w];
+      word = bitmap[w];
       freed = 0;
     }
     size_t idx = s->object_index(p);
     if (idx / 64 != w) {
-      s->bitmap[w] = word;
+      bitmap[w] = word;
       w = idx / 64;
       if (w < lo) lo = w;
-      word = s->bitmap[w];
+      word = bitmap[w];
     }
     uint64_t bit = uint64_t{1} << (idx % 64);
     if (word & bit) {

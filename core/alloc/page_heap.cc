@@ -19,7 +19,7 @@ unsigned PageHeap::index() const {
 
 Span* PageHeap::new_span_desc() {
   Span* s = descs_.alloc();
-  if (s) memset(s, 0, offsetof(Span, bitmap));
+  if (s) memset(s, 0, offsetof(Span, inline_bitmap));
   return s;
 }
 
@@ -184,10 +184,20 @@ void page_heap_free_spans(Span* const* spans, size_t n) {
   }
 }
 
+uint64_t* PageHeap::alloc_bitmap() {
+  LockGuard g(lock_);
+  Span* record = new_span_desc();
+  if (record) memset(record, 0, sizeof *record);
+  return reinterpret_cast<uint64_t*>(record);
+}
+
 void PageHeap::free_locked(Span* s, uint64_t now) {
   Segment* seg = s->segment;
-  if (s->kind == SpanKind::kSlab)
+  if (s->kind == SpanKind::kSlab) {
     for (uint32_t i = 1; i + 1 < s->npages; i++) PageMap::clear(s->start + (size_t{i} << kPageShift));
+    if (Span::external_bitmap(s->capacity)) descs_.free(reinterpret_cast<Span*>(s->bitmap()));
+    s->capacity = 0;
+  }
   if (s->kind == SpanKind::kLarge) large_pages_ -= s->npages;
   seg->used_pages -= s->npages;
   s->kind = SpanKind::kFree;

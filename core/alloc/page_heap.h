@@ -22,9 +22,10 @@
 // segments, the kind and first/last PageMap entries of their spans, and their
 // Segment::used_pages. No thread holds two heaps' locks. free_pages_ is also read
 // without the lock, by other heaps deciding whether to borrow (stored atomically;
-// a stale value only skips or tries a heap). Callers
-// never hold a central-list lock while calling in (order: central → page heap →
-// descriptor pool → MetaArena → PageMap).
+// a stale value only skips or tries a heap). It also guards the heap's descriptor
+// pool (span descriptors and the external bitmaps of slabs of many objects, which
+// go back with their slab). Callers never hold a central-list lock while calling in
+// (order: central → page heap → MetaArena → PageMap).
 //
 // Transparent huge pages (the `thp` option, where the system's setting is not
 // "never"): a segment is advised MADV_HUGEPAGE when it is dense — all its pages in use
@@ -93,6 +94,10 @@ class alignas(64) PageHeap {
   // Give back a slab or large span (its page-map interior must be cleared by then
   // for large spans; slab interiors are cleared here).
   void free(Span* s) { free(&s, 1); }
+  // The external free bitmap of a slab of more than Span::kInlineBitmapBits objects
+  // (a descriptor-sized record, zeroed); nullptr when the OS refuses memory. free()
+  // drops it with its slab.
+  uint64_t* alloc_bitmap();
   // The same for n spans of this heap under one lock (the empty slabs of a batch).
   void free(Span* const* spans, size_t n);
   // Large spans: grow in place into a free successor; true on success.

@@ -76,7 +76,7 @@ Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard)
   seg->kind = SegmentKind::kHuge;
   seg->mapped_bytes = total;
   seg->huge_span = span;
-  memset(span, 0, offsetof(Span, bitmap));
+  memset(span, 0, offsetof(Span, inline_bitmap));
   span->start = obj;
   span->kind = SpanKind::kLarge;
   span->npages = static_cast<uint32_t>(obj_bytes >> kPageShift);

@@ -61,7 +61,17 @@ struct alignas(128) Span {
   uint64_t freed_at_ms;  // free spans: when their oldest dirty page became free (decay)
   uint32_t first_page;  // index in the segment (0 for huge segments)
   uint16_t shard;       // slabs: the shard that carved it (shard.h); fixed for its life
-  uint64_t bitmap[kMaxSlabObjects / 64];
+  // Slabs: the free bitmap (1 bit = free). Inline for up to kInlineBitmapBits
+  // objects; a slab of more (the 8 and 16 B classes) keeps it in a 128-byte record
+  // from its page heap's descriptor pool, whose address is the first inline word.
+  // The descriptors are 128 bytes instead of 256 with a whole bitmap inline.
+  uint64_t inline_bitmap[6];
+  static constexpr size_t kInlineBitmapBits = sizeof inline_bitmap * 8;
+  static bool external_bitmap(size_t objects) { return objects > kInlineBitmapBits; }
+  uint64_t* bitmap() {
+    return external_bitmap(capacity) ? reinterpret_cast<uint64_t*>(inline_bitmap[0])
+                                     : inline_bitmap;
+  }
 
   size_t bytes() const { return size_t{npages} << kPageShift; }
   // Slabs: whether p is the start of one of its objects.
@@ -75,6 +85,8 @@ struct alignas(128) Span {
            __builtin_ctz(div_mask + 1u);
   }
 };
+static_assert(sizeof(Span) == 128, "two cache lines; the page map needs 128-byte alignment");
+static_assert(sizeof(Span) * 8 >= kMaxSlabObjects, "an external bitmap is one Span-sized record");
 
 enum class SegmentKind : uint32_t { kNormal = 1, kHuge = 2 };
 

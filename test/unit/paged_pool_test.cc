@@ -83,7 +83,9 @@ TEST_CASE("a page heap's descriptors go back with its pages") {
   PageHeap ph;
   bool z;
   std::vector<Span*> spans;
-  for (int i = 0; i < 400; i++) spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
+  // 40 pages of descriptors.
+  for (size_t i = 0; i < 40 * os::kOsPage / sizeof(Span); i++)
+    spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
   size_t during = g_paged_pool_bytes.load();
   for (Span* s : spans) ph.free(s);
   ph.purge(true);
