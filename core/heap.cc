@@ -286,24 +286,6 @@ namespace {
 
 // The slab of the previous pointer of a bulk free, its fields copied into a local
 // (registers, in the loops below): neighbours in one slab need no page-map lookup.
-struct SlabRange {
-  const char* start = nullptr;
-  uint64_t bytes = 0, inv = 0, limit = 0, mask = 0;
-
-  explicit SlabRange(const Span* s = nullptr) {
-    if (!s) return;
-    start = s->start;
-    bytes = s->bytes();
-    inv = s->div_inv;
-    limit = s->div_limit;
-    mask = s->div_mask;
-  }
-  bool holds(const void* p) const {
-    uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - start);
-    return off < bytes && exact_start(off, inv, limit, mask);
-  }
-};
-
 // The first index from i on whose pointer is not an object of `slab` (n if none).
 inline size_t scan_slab(const SlabRange slab, void* const* ptrs, size_t i, size_t n) {
   while (i < n && slab.holds(ptrs[i])) i++;

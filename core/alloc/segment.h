@@ -88,6 +88,38 @@ struct alignas(128) Span {
 static_assert(sizeof(Span) == 128, "two cache lines; the page map needs 128-byte alignment");
 static_assert(sizeof(Span) * 8 >= kMaxSlabObjects, "an external bitmap is one Span-sized record");
 
+// A slab's geometry copied into locals: loops over many pointers (bulk frees,
+// free_batch) keep it in registers, where the Span's fields would be reloaded after
+// every store through an object or bitmap pointer (they may alias).
+struct SlabRange {
+  const char* start = nullptr;
+  uint64_t bytes = 0, inv = 0, limit = 0, mask = 0;
+  unsigned shift = 0;
+
+  explicit SlabRange(const Span* s = nullptr) {
+    if (!s) return;
+    start = s->start;
+    bytes = s->bytes();
+    inv = s->div_inv;
+    limit = s->div_limit;
+    mask = s->div_mask;
+    shift = static_cast<unsigned>(__builtin_ctzll(mask + 1));
+  }
+  // Whether p lies in the slab (any byte of it).
+  bool spans(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const char*>(p) - start) < bytes;
+  }
+  // Whether p is the start of one of its objects.
+  bool holds(const void* p) const {
+    uint64_t off = static_cast<uint64_t>(static_cast<const char*>(p) - start);
+    return off < bytes && exact_start(off, inv, limit, mask);
+  }
+  // The index of the object at p (p must be one).
+  uint64_t index(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const char*>(p) - start) * inv >> shift;
+  }
+};
+
 enum class SegmentKind : uint32_t { kNormal = 1, kHuge = 2 };
 
 struct Segment {
