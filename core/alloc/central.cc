@@ -215,6 +215,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       s->on_partial = 0;
       if (!spare_) {
         spare_ = s;
+        spare_aged_ = false;
       } else {
         USLAB_PROBE(slab_release, cls, s->start);
         slabs_--;
@@ -296,16 +297,24 @@ CentralStats central_stats(unsigned cls) {
 }
 
 void central_release_spares(unsigned cls) {
-  for (unsigned sh = 0; sh < shard_count(); sh++) g_central[sh][cls].release_spare();
+  for (unsigned sh = 0; sh < shard_count(); sh++) g_central[sh][cls].release_spare(false);
 }
 
-void CentralList::release_spare() {
+void central_decay_spares() {
+  for (unsigned sh = 0; sh < shard_count(); sh++)
+    for (unsigned cls = 1; cls < kMaxClasses; cls++) g_central[sh][cls].release_spare(true);
+}
+
+void CentralList::release_spare(bool only_aged) {
   lock_.lock();
-  Span* s = spare_;
-  spare_ = nullptr;
-  if (s) {
+  Span* s = nullptr;
+  if (spare_ && (spare_aged_ || !only_aged)) {
+    s = spare_;
+    spare_ = nullptr;
     slabs_--;
     add_free(-static_cast<ptrdiff_t>(s->capacity));
+  } else {
+    spare_aged_ = spare_ != nullptr;
   }
   lock_.unlock();
   if (s) page_heap_of(s).free(s);

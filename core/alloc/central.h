@@ -70,8 +70,10 @@ class alignas(64) CentralList {
   // from the front of ptrs[0..n) while their slabs belong to this shard; returns
   // how many (central_free routes a whole batch).
   size_t free_batch(unsigned cls, void* const* ptrs, size_t n, bool remote = false);
-  // Give the spare empty slab back to the page heap.
-  void release_spare();
+  // Give the spare empty slab back to the page heap; with only_aged, only one that
+  // was already the spare at the previous call (the decay tick: a spare unused for a
+  // whole tick interval), else it is marked.
+  void release_spare(bool only_aged);
 
   CentralStats stats(unsigned cls);
   Mutex& lock() { return lock_; }
@@ -94,6 +96,7 @@ class alignas(64) CentralList {
   Mutex lock_;
   IntrusiveList<Span> partial_;
   Span* spare_ = nullptr;
+  bool spare_aged_ = false;  // spare_ has stayed the spare since the last decay tick
   size_t slabs_ = 0;
   size_t free_objects_ = 0;
   uint64_t batches_out_ = 0;
@@ -113,6 +116,10 @@ void central_free(unsigned cls, void* const* ptrs, size_t n, unsigned from = kNo
 CentralStats central_stats(unsigned cls);
 // Every shard's spare empty slab of cls back to the page heap.
 void central_release_spares(unsigned cls);
+// The decay tick's share: spares that stayed unused through a whole tick interval
+// go back (one per class and shard kept ~0.5 MB of dirty slabs of classes an idle
+// program no longer churns).
+void central_decay_spares();
 
 // Report an invalid or double free; aborts unless abort_on_error=false.
 void report_bad_free(const void* p, const char* what, unsigned cls);
