@@ -1,7 +1,8 @@
 // core/alloc/central.h — per-shard, per-size-class central lists of slabs.
 //
 // Owns: for each shard (shard.h) and class, the partial slabs (those with free
-// objects), one spare empty slab, and the per-slab free bitmaps. A slab is carved
+// objects), one spare empty slab (given back by the decay tick once unused for a
+// whole interval), and the per-slab free bitmaps. A slab is carved
 // by one shard and its objects always come back to that shard's list. Objects move
 // in and out only in batches (alloc_batch / free_batch), so a thread cache refill or
 // flush takes the class lock once for many objects.
