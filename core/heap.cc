@@ -284,9 +284,9 @@ size_t alloc_bulk(size_t size, size_t n, void** out) {
 
 namespace {
 
-// The slab of the previous pointer of a bulk free, its fields copied into a local
-// (registers, in the loops below): neighbours in one slab need no page-map lookup.
-// The first index from i on whose pointer is not an object of `slab` (n if none).
+// The first index from i on whose pointer is not an object of `slab` (n if none):
+// the slab of the previous pointer of a bulk free (SlabRange, in registers), so
+// that neighbours in one slab need no page-map lookup.
 inline size_t scan_slab(const SlabRange slab, void* const* ptrs, size_t i, size_t n) {
   while (i < n && slab.holds(ptrs[i])) i++;
   return i;
