@@ -79,11 +79,6 @@ struct alignas(128) Span {
     return exact_start(static_cast<uint64_t>(static_cast<const char*>(p) - start), div_inv,
                        div_limit, div_mask);
   }
-  // Slabs: the index of the object at p (p must be one).
-  uint64_t object_index(const void* p) const {
-    return static_cast<uint64_t>(static_cast<const char*>(p) - start) * div_inv >>
-           __builtin_ctz(div_mask + 1u);
-  }
 };
 static_assert(sizeof(Span) == 128, "two cache lines; the page map needs 128-byte alignment");
 static_assert(sizeof(Span) * 8 >= kMaxSlabObjects, "an external bitmap is one Span-sized record");
