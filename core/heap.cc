@@ -429,7 +429,7 @@ size_t trim() {
   deferred_tick();
   thread_cache_flush_mine();
   percpu_drain_all();
-  for (unsigned c = 1; c < kMaxClasses; c++) central_release_spares(c);
+  central_release_all_spares();
   return page_heap_purge_all(true) + huge_cache_purge(true);
 }
 

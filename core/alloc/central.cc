@@ -215,7 +215,6 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       s->on_partial = 0;
       if (!spare_) {
         spare_ = s;
-        spare_aged_ = false;
       } else {
         USLAB_PROBE(slab_release, cls, s->start);
         slabs_--;
@@ -297,24 +296,20 @@ CentralStats central_stats(unsigned cls) {
 }
 
 void central_release_spares(unsigned cls) {
-  for (unsigned sh = 0; sh < shard_count(); sh++) g_central[sh][cls].release_spare(false);
+  for (unsigned sh = 0; sh < shard_count(); sh++) g_central[sh][cls].release_spare();
 }
 
-void central_decay_spares() {
-  for (unsigned sh = 0; sh < shard_count(); sh++)
-    for (unsigned cls = 1; cls < kMaxClasses; cls++) g_central[sh][cls].release_spare(true);
+void central_release_all_spares() {
+  for (unsigned cls = 1; cls < kMaxClasses; cls++) central_release_spares(cls);
 }
 
-void CentralList::release_spare(bool only_aged) {
+void CentralList::release_spare() {
   lock_.lock();
-  Span* s = nullptr;
-  if (spare_ && (spare_aged_ || !only_aged)) {
-    s = spare_;
-    spare_ = nullptr;
+  Span* s = spare_;
+  spare_ = nullptr;
+  if (s) {
     slabs_--;
     add_free(-static_cast<ptrdiff_t>(s->capacity));
-  } else {
-    spare_aged_ = spare_ != nullptr;
   }
   lock_.unlock();
   if (s) page_heap_of(s).free(s);

@@ -1,8 +1,8 @@
 // core/alloc/central.h — per-shard, per-size-class central lists of slabs.
 //
 // Owns: for each shard (shard.h) and class, the partial slabs (those with free
-// objects), one spare empty slab (given back by the decay tick once unused for a
-// whole interval), and the per-slab free bitmaps. A slab is carved
+// objects), one spare empty slab (given back by every decay tick), and the
+// per-slab free bitmaps. A slab is carved
 // by one shard and its objects always come back to that shard's list. Objects move
 // in and out only in batches (alloc_batch / free_batch), so a thread cache refill or
 // flush takes the class lock once for many objects.
@@ -71,10 +71,8 @@ class alignas(64) CentralList {
   // from the front of ptrs[0..n) while their slabs belong to this shard; returns
   // how many (central_free routes a whole batch).
   size_t free_batch(unsigned cls, void* const* ptrs, size_t n, bool remote = false);
-  // Give the spare empty slab back to the page heap; with only_aged, only one that
-  // was already the spare at the previous call (the decay tick: a spare unused for a
-  // whole tick interval), else it is marked.
-  void release_spare(bool only_aged);
+  // Give the spare empty slab back to the page heap.
+  void release_spare();
 
   CentralStats stats(unsigned cls);
   Mutex& lock() { return lock_; }
@@ -97,7 +95,6 @@ class alignas(64) CentralList {
   Mutex lock_;
   IntrusiveList<Span> partial_;
   Span* spare_ = nullptr;
-  bool spare_aged_ = false;  // spare_ has stayed the spare since the last decay tick
   size_t slabs_ = 0;
   size_t free_objects_ = 0;
   uint64_t batches_out_ = 0;
@@ -117,10 +114,10 @@ void central_free(unsigned cls, void* const* ptrs, size_t n, unsigned from = kNo
 CentralStats central_stats(unsigned cls);
 // Every shard's spare empty slab of cls back to the page heap.
 void central_release_spares(unsigned cls);
-// The decay tick's share: spares that stayed unused through a whole tick interval
-// go back (one per class and shard kept ~0.5 MB of dirty slabs of classes an idle
-// program no longer churns).
-void central_decay_spares();
+// The same for every class (malloc_trim, and every decay tick: a spare per class and
+// shard kept ~0.5 MB of dirty slabs for ever; taking them every tick costs at most a
+// slab carved again per class and tick).
+void central_release_all_spares();
 
 // Report an invalid or double free; aborts unless abort_on_error=false.
 void report_bad_free(const void* p, const char* what, unsigned cls);

@@ -564,7 +564,7 @@ void decay_maybe_tick() {
   if (next == 0) return;  // the first call only starts the clock
   depot_decay_all();
   decay_idle_sheaves();
-  central_decay_spares();
+  central_release_all_spares();
   if (void (*hook)() = __atomic_load_n(&g_decay_hook, __ATOMIC_ACQUIRE)) hook();
   page_heap_purge_all(false);  // pages free for decay_ms, even if a heap saw no call since
   huge_cache_purge(false);
