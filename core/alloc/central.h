@@ -2,10 +2,10 @@
 //
 // Owns: for each shard (shard.h) and class, the partial slabs (those with free
 // objects), one spare empty slab (given back by every decay tick), and the
-// per-slab free bitmaps. A slab is carved
-// by one shard and its objects always come back to that shard's list. Objects move
-// in and out only in batches (alloc_batch / free_batch), so a thread cache refill or
-// flush takes the class lock once for many objects.
+// per-slab free bitmaps. A slab is carved by one shard and its objects always come
+// back to that shard's list. Objects move in and out only in batches (alloc_batch /
+// free_batch), so a thread cache refill or flush takes the class lock once for many
+// objects.
 //
 // A shard with no free object left borrows from another shard of its node before it
 // carves a slab, when that one has a surplus (kLendReserveSlabs slabs' worth beyond

@@ -186,7 +186,7 @@ void page_heap_free_spans(Span* const* spans, size_t n) {
 
 uint64_t* PageHeap::alloc_bitmap() {
   LockGuard g(lock_);
-  Span* record = new_span_desc();
+  Span* record = descs_.alloc();
   if (record) memset(record, 0, sizeof *record);
   return reinterpret_cast<uint64_t*>(record);
 }

@@ -10,10 +10,10 @@
 // non-empty ones: the shortest span that fits is found in a few words; a best-fit
 // scan of one list of longer spans cost 4500 cycles a call once 1 GB had been
 // freed into whole free segments); coalescing of a freed span with its free
-// neighbours in the same segment; the decay clock that returns free pages to the OS (MADV_DONTNEED) once
-// they have been free for `decay_ms`, and unmaps segments that are wholly free; the
-// same clock returns the pages of its descriptor pool (paged_pool.h) left empty. A
-// heap that must map a segment while it holds more dirty free pages than its
+// neighbours in the same segment; the decay clock that returns free pages to the OS
+// (MADV_DONTNEED) once they have been free for `decay_ms`, and unmaps segments that
+// are wholly free; the same clock returns the pages of its descriptor pool
+// (paged_pool.h) left empty. A heap that must map a segment while it holds more dirty free pages than its
 // allowance (kDirtyShare) purges the ones too short for the request first: holes
 // between live slabs that the request shows it cannot use (the fragmentation
 // workload's peak RSS: 237 -> 227 MiB).
