@@ -71,7 +71,7 @@ size_t huge_cache_purge(bool all) {
   LockGuard g(lock_);
   uint64_t now = os::now_ms();
   size_t released = 0;
-  while (count_ > 0 && (all || now - entries_[0].freed_at_ms >= g_config.decay_ms)) {
+  while (count_ > 0 && (all || now - entries_[0].freed_at_ms >= decay_purge_age_ms())) {
     Segment* old = entries_[0].seg;
     released += old->mapped_bytes;
     remove_at(0);

@@ -11,7 +11,8 @@
 // scan of one list of longer spans cost 4500 cycles a call once 1 GB had been
 // freed into whole free segments); coalescing of a freed span with its free
 // neighbours in the same segment; the decay clock that returns free pages to the OS
-// (MADV_DONTNEED) once they have been free for `decay_ms`, and unmaps segments that
+// (MADV_DONTNEED) once they have been free for decay_purge_age_ms (config.h: a few
+// ticks short of decay_ms, left to the caches above), and unmaps segments that
 // are wholly free; the same clock returns the pages of its descriptor pool
 // (paged_pool.h) left empty. A heap that must map a segment while it holds more dirty free pages than its
 // allowance (kDirtyShare) purges the ones too short for the request first: holes
@@ -89,7 +90,9 @@ class alignas(64) PageHeap {
   // one of another heap's free spans is taken (it stays that heap's, and is freed
   // there) before a new segment is mapped: pages freed on one CPU serve the others.
   // Only heaps with a surplus (kStealReserve free pages beyond the request) that are
-  // not busy are asked, so that CPUs do not take turns at each other's working set.
+  // not busy are asked, so that CPUs do not take turns at each other's working set;
+  // those asked that have no span that fits purge their dirty holes as a growing
+  // heap does (purge_short).
   Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
   // Give back a slab or large span (its page-map interior must be cleared by then
   // for large spans; slab interiors are cleared here).
@@ -104,7 +107,7 @@ class alignas(64) PageHeap {
   bool try_grow(Span* s, size_t new_npages);
   // Large spans: give back the pages past new_npages.
   void shrink(Span* s, size_t new_npages);
-  // Return free pages older than the decay time (all of them if `all`); bytes purged.
+  // Return free pages older than decay_purge_age_ms (all of them if `all`); bytes purged.
   size_t purge(bool all);
 
   PageHeapStats stats();
@@ -125,9 +128,10 @@ class alignas(64) PageHeap {
   size_t purge_locked(uint64_t now, bool all);
   // Returns a dirty free span's pages to the OS; its bytes.
   size_t purge_span(Span* s);
-  // Before mapping a segment for a request of npages: the dirty free spans shorter
-  // than that could not serve it; purged, shortest first, down to the allowance.
-  void purge_short(size_t npages);
+  // Before a segment is mapped for a request of npages: the dirty free spans shorter
+  // than that could not serve it; purged, shortest first, down to the allowance
+  // (kDirtyShare) of the heap that grows, or a segment's worth in another heap.
+  void purge_short(size_t npages, bool growing);
   Span* new_span_desc();
   // Transparent huge pages (above): whether they are in use, the advice, and the
   // count of a segment's pages in use, which advises it once it is dense.

@@ -558,15 +558,14 @@ void decay_maybe_tick() {
   uint64_t now = os::now_ms();
   uint64_t next = next_tick_ms.load(std::memory_order_relaxed);
   if (now < next) return;
-  uint64_t period = g_config.decay_ms / 4 ? g_config.decay_ms / 4 : 1;
-  if (!next_tick_ms.compare_exchange_strong(next, now + period, std::memory_order_relaxed))
+  if (!next_tick_ms.compare_exchange_strong(next, now + decay_tick_ms(), std::memory_order_relaxed))
     return;  // another thread runs this tick
   if (next == 0) return;  // the first call only starts the clock
   depot_decay_all();
   decay_idle_sheaves();
   central_release_all_spares();
   if (void (*hook)() = __atomic_load_n(&g_decay_hook, __ATOMIC_ACQUIRE)) hook();
-  page_heap_purge_all(false);  // pages free for decay_ms, even if a heap saw no call since
+  page_heap_purge_all(false);  // pages free for decay_purge_age_ms, even if a heap saw no call since
   huge_cache_purge(false);
 }
 

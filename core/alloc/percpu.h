@@ -145,13 +145,13 @@ unsigned current_shard();
 void percpu_drain_all();
 void percpu_drain_class(unsigned cls);
 
-// The decay tick, run every quarter of decay_ms by whichever slow path notices it is
+// The decay tick, run every decay_tick_ms (config.h) by whichever slow path notices it is
 // due (cheap otherwise; also by the background thread): the depots' idle sheaves go
 // back to the slabs, CPU sheaves of classes unused since the last tick are drained
 // (idle capacity shrinks back) and those of classes in use emptied (capacity kept),
 // spare slabs go back, then g_decay_hook runs when set (the facade's deferred frees:
 // grace periods advance even in a program that stopped deferring), and the page
-// heap and the huge cache return what was free for decay_ms.
+// heap and the huge cache return what was free for decay_purge_age_ms.
 void decay_maybe_tick();
 extern void (*g_decay_hook)();
 

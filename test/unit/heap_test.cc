@@ -272,7 +272,7 @@ TEST_CASE("the decay tick empties the CPU sheaves of classes in use") {
     percpu_class_stats(st);
     return st[cls].cpu_objects;
   };
-  // The next tick may have been set a quarter of the old decay_ms ahead: wait until
+  // The next tick may have been set a sixteenth of the old decay_ms ahead: wait until
   // ticks run (one that runs drains a class used once and then left alone).
   const unsigned other = size_to_class(3000);
   heap::free(heap::alloc(3000));
