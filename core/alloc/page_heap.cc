@@ -33,30 +33,43 @@ void PageHeap::clear_bounds(Span* s) {
   PageMap::clear(s->start + (s->bytes() - kPageSize));
 }
 
-void PageHeap::insert_free(Span* s) {
+void PageHeap::SpanLists::push(Span* s) {
   size_t i = s->npages;
-  lists_[i].push_front(s);
-  nonempty_[i / 64] |= uint64_t{1} << (i % 64);
+  by_length[i].push_front(s);
+  nonempty[i / 64] |= uint64_t{1} << (i % 64);
+}
+
+void PageHeap::SpanLists::remove(Span* s) {
+  size_t i = s->npages;
+  by_length[i].remove(s);
+  if (by_length[i].empty()) nonempty[i / 64] &= ~(uint64_t{1} << (i % 64));
+}
+
+Span* PageHeap::SpanLists::shortest(size_t npages) const {
+  for (size_t w = npages / 64; w < kPagesPerSegment / 64; w++) {
+    uint64_t bits = nonempty[w];
+    if (w == npages / 64) bits &= ~uint64_t{0} << (npages % 64);
+    if (bits) return by_length[w * 64 + __builtin_ctzll(bits)].front();
+  }
+  return nullptr;
+}
+
+void PageHeap::insert_free(Span* s) {
+  (s->dirty ? dirty_lists_ : clean_lists_).push(s);
   // Stored atomically: read without this lock by other heaps' alloc.
   __atomic_store_n(&free_pages_, free_pages_ + s->npages, __ATOMIC_RELAXED);
   if (s->dirty) dirty_pages_ += s->npages;
 }
 
 void PageHeap::remove_free(Span* s) {
-  size_t i = s->npages;
-  lists_[i].remove(s);
-  if (lists_[i].empty()) nonempty_[i / 64] &= ~(uint64_t{1} << (i % 64));
+  (s->dirty ? dirty_lists_ : clean_lists_).remove(s);
   __atomic_store_n(&free_pages_, free_pages_ - s->npages, __ATOMIC_RELAXED);
   if (s->dirty) dirty_pages_ -= s->npages;
 }
 
 Span* PageHeap::find_free(size_t npages) {
-  for (size_t w = npages / 64; w < kPagesPerSegment / 64; w++) {
-    uint64_t bits = nonempty_[w];
-    if (w == npages / 64) bits &= ~uint64_t{0} << (npages % 64);
-    if (bits) return lists_[w * 64 + __builtin_ctzll(bits)].front();
-  }
-  return nullptr;
+  Span* s = dirty_lists_.shortest(npages);
+  return s ? s : clean_lists_.shortest(npages);
 }
 
 Span* PageHeap::grow_heap() {
@@ -80,7 +93,10 @@ Span* PageHeap::grow_heap() {
   s->npages = kMaxPages;
   s->start = seg->page_addr(1);
   s->kind = SpanKind::kFree;
-  s->dirty = 0;  // fresh mapping: zero pages
+  if (seg->huge) {  // see Span::kFreshHuge: it decays from now
+    s->dirty = Span::kFreshHuge;
+    s->freed_at_ms = os::now_ms();
+  }
   set_bounds(s);
   insert_free(s);
   return s;
@@ -138,6 +154,7 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   if (npages == 0 || align_pages == 0 || npages + align_pages - 1 > kMaxPages) return nullptr;
   size_t want = npages + align_pages - 1;
   Span* s = find_free(want);
+  if (!s && grow) s = merge_mixed(want);
   if (!s && grow) {
     purge_short(want, true);
     s = grow_heap();
@@ -163,9 +180,9 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
     insert_free(s);
     s = front;
   }
-  *zeroed = !s->dirty;
+  *zeroed = s->dirty != Span::kDirty;
   s->kind = kind;
-  s->dirty = 0;
+  s->dirty = Span::kClean;
   s->prev = s->next = nullptr;
   use_pages(s->segment, s->npages);
   if (kind == SpanKind::kLarge) large_pages_ += s->npages;
@@ -207,67 +224,74 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
   s->kind = SpanKind::kFree;
   s->size_class = 0;
   s->obj_size = 0;
-  s->dirty = 1;
+  s->dirty = Span::kDirty;
   s->freed_at_ms = now;
 
-  // Coalesce with the free span before and the free span after (same segment only).
-  // The merged span keeps the age of its oldest dirty part: taking `now` would let a
-  // slab freed now and then at the edge of a large dirty span keep it from ever
-  // decaying.
-  auto keep_age = [s](const Span* n) {
-    if (n->dirty && n->freed_at_ms < s->freed_at_ms) s->freed_at_ms = n->freed_at_ms;
+  coalesce(s);
+  insert_free(s);
+}
+
+// Spans of different states (Span::dirty) are not merged: a merged span would have
+// one state, and the pages of the other would be misplaced (dirty ones left out of
+// the decay, or clean ones taken first as if resident). The merged span
+// keeps the age of its oldest part: taking the newest would let a slab freed now and
+// then at the edge of a large dirty span keep it from ever decaying.
+void PageHeap::coalesce(Span* s) {
+  Segment* seg = s->segment;
+  auto mergeable = [s](const Span* n) {
+    return n && n->kind == SpanKind::kFree && n->dirty == s->dirty;
+  };
+  auto absorb = [&](Span* n) {
+    if (n->freed_at_ms < s->freed_at_ms) s->freed_at_ms = n->freed_at_ms;
+    remove_free(n);
+    clear_bounds(n);
+    clear_bounds(s);
+    s->npages += n->npages;
+    descs_.free(n);
   };
   if (s->first_page > 1) {
     Span* prev = PageMap::get(seg->page_addr(s->first_page - 1));
-    if (prev && prev->kind == SpanKind::kFree) {
-      keep_age(prev);
-      remove_free(prev);
-      clear_bounds(prev);
-      clear_bounds(s);
+    if (mergeable(prev)) {
       s->first_page = prev->first_page;
       s->start = prev->start;
-      s->npages += prev->npages;
-      descs_.free(prev);
+      absorb(prev);
     }
   }
   uint32_t after = s->first_page + s->npages;
   if (after < kPagesPerSegment) {
     Span* next = PageMap::get(seg->page_addr(after));
-    if (next && next->kind == SpanKind::kFree) {
-      keep_age(next);
-      remove_free(next);
-      clear_bounds(next);
-      clear_bounds(s);
-      s->npages += next->npages;
-      descs_.free(next);
-    }
+    if (mergeable(next)) absorb(next);
   }
   set_bounds(s);
-  insert_free(s);
 }
 
 bool PageHeap::try_grow(Span* s, size_t new_npages) {
   LockGuard g(lock_);
   Segment* seg = s->segment;
   if (seg->kind != SegmentKind::kNormal || new_npages <= s->npages) return false;
-  uint32_t after = s->first_page + s->npages;
-  if (after >= kPagesPerSegment) return false;
-  Span* next = PageMap::get(seg->page_addr(after));
-  size_t extra = new_npages - s->npages;
-  if (!next || next->kind != SpanKind::kFree || next->npages < extra) return false;
-  remove_free(next);
-  if (next->npages > extra) {
-    Span* front = split_front(next, extra);
-    if (!front) {
-      insert_free(next);
-      return false;
-    }
-    insert_free(next);
-    clear_bounds(front);
-    descs_.free(front);
-  } else {
-    clear_bounds(next);
-    descs_.free(next);
+  const uint32_t end = s->first_page + s->npages;
+  const size_t extra = new_npages - s->npages;
+  // The free spans that follow s (dirty and clean ones alternate: coalesce).
+  Span* last = nullptr;
+  size_t have = 0;
+  for (uint32_t p = end; have < extra; p += last->npages) {
+    last = p < kPagesPerSegment ? PageMap::get(seg->page_addr(p)) : nullptr;
+    if (!last || last->kind != SpanKind::kFree) return false;
+    have += last->npages;
+  }
+  if (have > extra) {  // the last one's tail stays free
+    remove_free(last);
+    Span* front = split_front(last, last->npages - (have - extra));
+    insert_free(last);
+    if (!front) return false;
+    insert_free(front);
+  }
+  for (uint32_t p = end; p < end + extra;) {
+    Span* n = PageMap::get(seg->page_addr(p));
+    p += n->npages;
+    remove_free(n);
+    clear_bounds(n);
+    descs_.free(n);
   }
   if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
   s->npages += static_cast<uint32_t>(extra);
@@ -307,18 +331,44 @@ size_t PageHeap::purge_span(Span* s) {
   USLAB_PROBE(page_purge, s->start, s->bytes());
   if (s->segment->huge) advise_huge(s->segment, false);  // see page_heap.h
   os::purge(s->start, s->bytes());
-  dirty_pages_ -= s->npages;
-  s->dirty = 0;
-  return s->bytes();
+  size_t bytes = s->bytes();
+  remove_free(s);
+  s->dirty = Span::kClean;
+  coalesce(s);  // with clean neighbours only: the dirty list being walked stays intact
+  insert_free(s);
+  return bytes;
+}
+
+Span* PageHeap::merge_mixed(size_t npages) {
+  auto clean_pages = [](const Span* n) {
+    return n && n->kind == SpanKind::kFree && n->dirty == Span::kClean ? size_t{n->npages} : 0;
+  };
+  for (size_t w = 0; w < kPagesPerSegment / 64; w++)
+    for (uint64_t bits = dirty_lists_.nonempty[w]; bits; bits &= bits - 1)
+      for (Span* s = dirty_lists_.by_length[w * 64 + __builtin_ctzll(bits)].front(); s; s = s->next) {
+        Segment* seg = s->segment;
+        uint32_t after = s->first_page + s->npages;
+        size_t run = s->npages;
+        if (s->first_page > 1) run += clean_pages(PageMap::get(seg->page_addr(s->first_page - 1)));
+        if (after < kPagesPerSegment) run += clean_pages(PageMap::get(seg->page_addr(after)));
+        if (run < npages) continue;
+        purged_bytes_ += purge_span(s);  // now clean: merged with its neighbours
+        return s;
+      }
+  return nullptr;
 }
 
 void PageHeap::purge_short(size_t npages, bool growing) {
   size_t in_use = segments_ * kMaxPages - free_pages_;
   size_t allowance = growing && in_use / kDirtyShare > kMaxPages ? in_use / kDirtyShare : kMaxPages;
   size_t purged = 0;
-  for (size_t i = 1; i < npages && dirty_pages_ > allowance; i++)
-    for (Span* s = lists_[i].front(); s && dirty_pages_ > allowance; s = s->next)
-      if (s->dirty) purged += purge_span(s);
+  for (size_t i = 1; i < npages && dirty_pages_ > allowance; i++) {
+    Span* next;
+    for (Span* s = dirty_lists_.by_length[i].front(); s && dirty_pages_ > allowance; s = next) {
+      next = s->next;
+      purged += purge_span(s);
+    }
+  }
   purged_bytes_ += purged;
 }
 
@@ -330,25 +380,34 @@ size_t PageHeap::purge(bool all) {
 size_t PageHeap::purge_locked(uint64_t now, bool all) {
   uint64_t decay = decay_purge_age_ms();
   size_t purged = 0;
+  auto old = [&](const Span* s) { return all || now - s->freed_at_ms >= decay; };
+  // A wholly free segment gives its address space back too.
+  auto unmap = [&](Span* s) {
+    remove_free(s);
+    segments_--;
+    Segment* seg = s->segment;
+    if (seg->huge) huge_segments_--;
+    descs_.free(s);
+    segment_destroy(seg);
+  };
   for (size_t i = 1; i <= kMaxPages; i++) {
     Span* next;
-    for (Span* s = lists_[i].front(); s; s = next) {
+    for (Span* s = dirty_lists_.by_length[i].front(); s; s = next) {
       next = s->next;
-      bool old = all || now - s->freed_at_ms >= decay;
-      if (!old) continue;
-      if (s->npages == kMaxPages) {
-        // The whole segment is free: give the address space back too.
-        remove_free(s);
-        if (s->dirty) purged += s->bytes();
-        segments_--;
-        Segment* seg = s->segment;
-        if (seg->huge) huge_segments_--;
-        descs_.free(s);
-        segment_destroy(seg);
-        continue;
+      if (!old(s)) continue;
+      if (i == kMaxPages) {
+        purged += s->bytes();
+        unmap(s);
+      } else {
+        purged += purge_span(s);
       }
-      if (s->dirty) purged += purge_span(s);
     }
+  }
+  // Then the clean ones, with those the purges above made whole.
+  Span* next;
+  for (Span* s = clean_lists_.by_length[kMaxPages].front(); s; s = next) {
+    next = s->next;
+    if (old(s)) unmap(s);
   }
   purged_bytes_ += purged;
   // Descriptors freed with the spans above (and before) go back with their pages.

@@ -40,13 +40,19 @@ enum class SpanKind : uint8_t { kFree = 0, kSlab = 1, kLarge = 2 };
 
 // 128-byte aligned: the page map packs the class into the low 7 bits of a Span*.
 struct alignas(128) Span {
+  // Free spans' pages: kClean read as zero and are not resident (purged, or never
+  // touched); kDirty were written since; kFreshHuge were never touched in a segment
+  // advised huge pages when it was made, so read as zero but are resident once any
+  // page of their 2 MiB was. The last two are resident, and decay.
+  static constexpr uint8_t kClean = 0, kDirty = 1, kFreshHuge = 2;
+
   // Read on the free fast path (first cache line).
   char* start;          // first byte of the span
   uint64_t div_inv;     // slabs: the class's exact-division inverse (size_class.h)
   uint32_t obj_size;    // slabs: class size
   uint8_t size_class;   // slabs: class; 0 otherwise
   SpanKind kind;
-  uint8_t dirty;        // free spans: pages may be resident (not purged since use)
+  uint8_t dirty;        // free spans: 0 (kClean), kDirty or kFreshHuge (below)
   uint8_t on_partial;   // slabs: linked on the central partial list
   uint32_t npages;
   uint32_t div_limit;   // slabs: capacity << tz (exact division, size_class.h)

@@ -34,20 +34,99 @@ TEST_CASE("adjacent spans coalesce back into one free segment") {
   REQUIRE(c->start == b->start + 10 * kPageSize);
   REQUIRE(ph.stats().segments == 1);
   memset(a->start, 1, a->bytes());
+  char* a_start = a->start;
   ph.free(a);
   ph.free(c);
   REQUIRE(ph.stats().free_bytes == (PageHeap::kMaxPages - 10) * kPageSize);
   ph.free(b);
   PageHeapStats st = ph.stats();
   REQUIRE(st.free_bytes == PageHeap::kMaxPages * kPageSize);
-  // One span covering the whole segment again: a maximal allocation fits without growing.
+  // The written pages stay a dirty span of their own beside the clean rest; a
+  // maximal allocation merges them by purging the dirty part, without growing.
+  REQUIRE(st.dirty_bytes == 30 * kPageSize);
   Span* all = ph.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z);
   REQUIRE(all != nullptr);
-  REQUIRE(!z);  // a was written and not purged
+  REQUIRE(z);
+  REQUIRE(all_zero(a_start, 10 * kPageSize));
   REQUIRE(ph.stats().segments == 1);
   ph.free(all);
   REQUIRE(ph.purge(true) > 0);
   REQUIRE(ph.stats().segments == 0);  // a wholly free segment is unmapped
+}
+
+TEST_CASE("requests take dirty pages before clean ones, which stay apart") {
+  // Resident (dirty) free pages are used first, as jemalloc takes dirty extents
+  // before retained ones: a shortest-fit over both took purged pages while dirty
+  // ones sat resident (fragmentation peak 217 -> 207 MiB with this).
+  PageHeap ph;
+  bool z;
+  Span* a = ph.alloc(8, 1, SpanKind::kLarge, &z);
+  Span* k1 = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  Span* c = ph.alloc(4, 1, SpanKind::kLarge, &z);
+  Span* k2 = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  REQUIRE(c->start == a->start + 9 * kPageSize);
+  char* a_start = a->start;
+  ph.free(c);
+  ph.purge(true);  // c's 4 pages: a clean hole between k1 and k2
+  memset(a->start, 1, a->bytes());
+  ph.free(a);  // 8 dirty pages, not merged with anything clean
+  REQUIRE(ph.stats().dirty_bytes == 8 * kPageSize);
+  Span* s = ph.alloc(4, 1, SpanKind::kLarge, &z);
+  REQUIRE(s->start == a_start);  // not the clean hole that fits exactly
+  REQUIRE(!z);
+  ph.free(s);
+  ph.free(k1);
+  ph.free(k2);
+  ph.purge(true);
+}
+
+TEST_CASE("the untouched rest of a segment advised huge pages when made decays") {
+  // Its first touch faults in 2 MiB: the rest reads as zero but is resident, so it
+  // counts as resident and is purged with the decay (2 MiB stayed resident after a
+  // peak when it counted as clean).
+  PageHeap ph;
+  bool z;
+  std::vector<Span*> whole;
+  for (size_t i = 0; i < PageHeap::kThpMinSegments; i++)
+    whole.push_back(ph.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z));
+  Span* s = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  REQUIRE(s != nullptr);
+  if (!s->segment->huge) {
+    WARN("transparent huge pages off here: no segment is advised when made");
+  } else {
+    REQUIRE(z);  // zero all the same
+    REQUIRE(ph.stats().dirty_bytes == (PageHeap::kMaxPages - 1) * kPageSize);
+    Span* t = ph.alloc(8, 1, SpanKind::kLarge, &z);
+    REQUIRE(z);
+    ph.free(t);
+    REQUIRE(ph.purge(true) >= (PageHeap::kMaxPages - 1) * kPageSize);
+    REQUIRE(ph.stats().dirty_bytes == 0);
+  }
+  ph.free(s);
+  for (Span* w : whole) ph.free(w);
+  ph.purge(true);
+  REQUIRE(ph.stats().segments == 0);
+}
+
+TEST_CASE("a large span grows in place over a dirty and a clean span that follow it") {
+  PageHeap ph;
+  bool z;
+  Span* big = ph.alloc(4, 1, SpanKind::kLarge, &z);
+  Span* d = ph.alloc(3, 1, SpanKind::kLarge, &z);
+  REQUIRE(d->start == big->start + 4 * kPageSize);
+  memset(d->start, 1, d->bytes());
+  ph.free(d);  // dirty, beside the clean rest of the segment
+  size_t free_before = ph.stats().free_bytes;
+  REQUIRE(ph.try_grow(big, 4 + 3 + 10));
+  REQUIRE(big->npages == 17);
+  REQUIRE(ph.stats().free_bytes == free_before - 13 * kPageSize);
+  REQUIRE(ph.stats().dirty_bytes == 0);
+  memset(big->start, 2, big->bytes());  // all of it is usable
+  Span* next = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  REQUIRE(next->start == big->start + 17 * kPageSize);  // the rest stayed free after it
+  ph.free(next);
+  ph.free(big);
+  ph.purge(true);
 }
 
 TEST_CASE("aligned spans start on the alignment and give the lead back") {
