@@ -343,24 +343,24 @@ Span* PageHeap::merge_mixed(size_t npages) {
   auto clean_pages = [](const Span* n) {
     return n && n->kind == SpanKind::kFree && n->dirty == Span::kClean ? size_t{n->npages} : 0;
   };
-  for (size_t w = 0; w < kPagesPerSegment / 64; w++)
-    for (uint64_t bits = dirty_lists_.nonempty[w]; bits; bits &= bits - 1)
-      for (Span* s = dirty_lists_.by_length[w * 64 + __builtin_ctzll(bits)].front(); s; s = s->next) {
-        Segment* seg = s->segment;
-        uint32_t after = s->first_page + s->npages;
-        size_t run = s->npages;
-        if (s->first_page > 1) run += clean_pages(PageMap::get(seg->page_addr(s->first_page - 1)));
-        if (after < kPagesPerSegment) run += clean_pages(PageMap::get(seg->page_addr(after)));
-        if (run < npages) continue;
-        purged_bytes_ += purge_span(s);  // now clean: merged with its neighbours
-        return s;
-      }
+  for (size_t i = 1; i <= kMaxPages; i++)
+    for (Span* s = dirty_lists_.by_length[i].front(); s; s = s->next) {
+      Segment* seg = s->segment;
+      uint32_t after = s->first_page + s->npages;
+      size_t run = s->npages;
+      if (s->first_page > 1) run += clean_pages(PageMap::get(seg->page_addr(s->first_page - 1)));
+      if (after < kPagesPerSegment) run += clean_pages(PageMap::get(seg->page_addr(after)));
+      if (run < npages) continue;
+      purged_bytes_ += purge_span(s);  // now clean: merged with its neighbours
+      return s;
+    }
   return nullptr;
 }
 
 void PageHeap::purge_short(size_t npages, bool growing) {
   size_t in_use = segments_ * kMaxPages - free_pages_;
-  size_t allowance = growing && in_use / kDirtyShare > kMaxPages ? in_use / kDirtyShare : kMaxPages;
+  size_t share = growing ? in_use / kDirtyShare : 0;
+  size_t allowance = share > kMaxPages ? share : kMaxPages;
   size_t purged = 0;
   for (size_t i = 1; i < npages && dirty_pages_ > allowance; i++) {
     Span* next;

@@ -15,10 +15,11 @@
 // (MADV_DONTNEED) once they have been free for decay_purge_age_ms (config.h: a few
 // ticks short of decay_ms, left to the caches above), and unmaps segments that
 // are wholly free; the same clock returns the pages of its descriptor pool
-// (paged_pool.h) left empty. A heap that must map a segment while it holds more dirty free pages than its
-// allowance (kDirtyShare) purges the ones too short for the request first: holes
-// between live slabs that the request shows it cannot use (the fragmentation
-// workload's peak RSS: 237 -> 227 MiB).
+// (paged_pool.h) left empty. A heap that must map a segment while it holds more
+// dirty free pages than its allowance (kDirtyShare) purges the ones too short for
+// the request first: holes between live slabs that the request shows it cannot use
+// (the fragmentation workload's peak RSS: 237 -> 227 MiB); so do the heaps it asked
+// for a span in vain, down to a segment's worth.
 //
 // Locking: each heap's Mutex (lock()) guards its free lists, every free span of its
 // segments, the kind and first/last PageMap entries of their spans, and their
