@@ -1,6 +1,6 @@
 /* bench/rss.c — resident memory over time, for memory-return workloads.
  *
- * usage: rss peak|frag IDLE_MS [trim]
+ * usage: rss peak|frag IDLE_MS [trim|move]
  *   peak  a baseline, then a peak of ~256 MB in objects of 16 B … 64 KiB (random
  *         sizes, all written), all freed in random order, then IDLE_MS of light
  *         activity (a few hundred small malloc/free every millisecond, as an idle
@@ -9,12 +9,16 @@
  *         (16 B … 32 KiB) and freeing a random 80% of everything live, so that
  *         survivors pin pages; then everything freed and IDLE_MS of light activity
  *   trim  call malloc_trim(0) right after the frees
+ *   move  frag: the thread moves to another CPU before phase 2 (sched_setaffinity),
+ *         as the scheduler moves a program: per-CPU heaps must not strand what the
+ *         first CPU freed
  * A sampler thread reads /proc/self/statm every 10 ms. Prints one JSON line: the
  * samples (ms, RSS KiB), RSS before the peak, the peak, RSS at the end, and the time
  * after the frees until RSS came within max(10%, 2 MiB) of the pre-peak level. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,6 +82,20 @@ static void idle(long ms, uint64_t *s) {
   for (int k = 0; k < 64; k++) free(keep[k]);
 }
 
+/* Pins the thread to an allowed CPU other than the one it runs on (none: stays). */
+static void move_to_another_cpu(void) {
+  cpu_set_t allowed, one;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  int here = sched_getcpu();
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (c != here && CPU_ISSET(c, &allowed)) {
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      sched_setaffinity(0, sizeof one, &one);
+      return;
+    }
+}
+
 static void shuffle(void **v, size_t n, uint64_t *s) {
   for (size_t i = n; i > 1; i--) {
     size_t j = rnd(s) % i;
@@ -89,12 +107,13 @@ static void shuffle(void **v, size_t n, uint64_t *s) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: rss peak|frag IDLE_MS [trim]\n");
+    fprintf(stderr, "usage: rss peak|frag IDLE_MS [trim|move]\n");
     return 2;
   }
   int frag = !strcmp(argv[1], "frag");
   long idle_ms = atol(argv[2]);
   int trim = argc > 3 && !strcmp(argv[3], "trim");
+  int move = argc > 3 && !strcmp(argv[3], "move");
   uint64_t s = 88172645463325252ull;
   t_start = now_ms();
   pthread_t t;
@@ -115,6 +134,7 @@ int main(int argc, char **argv) {
     }
   } else {
     for (int phase = 0; phase < 6; phase++) {
+      if (move && phase == 2) move_to_another_cpu();
       size_t bytes = 0;
       int max_shift = 8 + phase * 2 > 15 ? 15 : 8 + phase * 2;  /* each phase its own mix */
       while (bytes < (64u << 20) && nlive < kMax) {

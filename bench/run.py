@@ -18,8 +18,9 @@ Benchmarks (default: all):
   instructions  instructions per malloc+free pair (valgrind callgrind, which has no
                 rseq: the per-thread fallback for uslab)
   rss           memory return: a 256 MB peak of small objects freed, and a
-                fragmentation workload (phases of size mixes, random survivors), each
-                followed by 3 s of light activity; RSS sampled every 10 ms; uslab
+                fragmentation workload (phases of size mixes, random survivors; again
+                with a move to the other CPU before phase 2), each followed by 3 s of
+                light activity; RSS sampled every 10 ms; uslab
                 (default and with background_thread), jemalloc and glibc, decay 1 s
   bigblocks     the page-fault storm: 300 times a block of 5 … 25 MiB allocated,
                 every page written, freed; wall/user/sys seconds and minor faults
@@ -386,6 +387,11 @@ def bench_startup(args, allocs, out):
     out["startup"] = {f"{c}/{a}": v for (c, a), v in results.items()}
 
 
+# bench/rss's workloads: frag-move moves to the other CPU before phase 2, as the
+# scheduler moves a program (per-CPU heaps must not strand what one CPU freed).
+RSS_WORKLOADS = {"peak": ["peak"], "frag": ["frag"], "frag-move": ["frag", "move"]}
+
+
 def bench_rss(args, allocs, out):
     exe = os.path.join(args.build, "bench", "rss")
     idle_ms = 3000
@@ -405,8 +411,8 @@ def bench_rss(args, allocs, out):
         env.update(extra)
         if lib:
             env["LD_PRELOAD"] = lib
-        for workload in ("peak", "frag"):
-            text = subprocess.run([exe, workload, str(idle_ms)], env=env, check=True,
+        for workload, argv in RSS_WORKLOADS.items():
+            text = subprocess.run([exe, argv[0], str(idle_ms)] + argv[1:], env=env, check=True,
                                   capture_output=True, text=True).stdout
             results.setdefault((name, workload), []).append(json.loads(text))
 
@@ -419,7 +425,7 @@ def bench_rss(args, allocs, out):
     print("| workload | allocator | RSS before (MiB) | peak RSS (MiB) | RSS at the end (MiB) | "
           "end − before (MiB) | back within (ms) | peak / jemalloc | end / jemalloc |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for workload in ("peak", "frag"):
+    for workload in RSS_WORKLOADS:
         jem = results.get(("jemalloc", workload))
         jpeak = statistics.median(r["peak_kib"] for r in jem) if jem else None
         jend = statistics.median(r["end_kib"] for r in jem) if jem else None

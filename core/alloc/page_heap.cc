@@ -410,8 +410,10 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
     if (old(s)) unmap(s);
   }
   purged_bytes_ += purged;
-  // Descriptors freed with the spans above (and before) go back with their pages.
-  descs_.purge(now, decay, all);
+  // Descriptor pages left empty by the spans above (and before) go back a tick after:
+  // they hold no program data, and the pool fills its pages in use first; after a
+  // whole decay they were the last of a peak to go back.
+  descs_.purge(now, decay_tick_ms(), all);
   return purged;
 }
 

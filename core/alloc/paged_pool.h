@@ -5,8 +5,8 @@
 // so that a record finds its page's bookkeeping (at the start of its chunk) from its
 // address. Each page keeps its own free list. Allocation takes from pages in use first, then
 // from wholly free ones, then from purged or fresh ones, so the pages emptied after a
-// peak stay empty; purge() returns those that stayed wholly free for the decay time
-// (MADV_DONTNEED), and a purged page is carved again when it is needed; a chunk
+// peak stay empty; purge() returns those that stayed wholly free for the age its
+// owner gives (a page heap: one decay tick) (MADV_DONTNEED), and a purged page is carved again when it is needed; a chunk
 // whose pages are all purged is unmapped. A MetaPool's single free list cannot do
 // that: after a peak of 240 MiB of slabs, 3.3 MiB of descriptors stayed resident.
 //
@@ -64,14 +64,14 @@ class PagedPool {
     }
   }
 
-  // Purges the pages wholly free for decay_ms (every wholly free one if `all`);
+  // Purges the pages wholly free for age_ms (every wholly free one if `all`);
   // returns the bytes purged.
-  size_t purge(uint64_t now, uint64_t decay_ms, bool all) {
+  size_t purge(uint64_t now, uint64_t age_ms, bool all) {
     size_t bytes = 0;
     Page* next;
     for (Page* pg = empty_.front(); pg; pg = next) {
       next = pg->next;
-      if (!all && now - pg->empty_since < decay_ms) continue;
+      if (!all && now - pg->empty_since < age_ms) continue;
       empty_.remove(pg);
       os::purge(address_of(pg), kPage);
       pg->free = nullptr;

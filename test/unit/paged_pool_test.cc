@@ -91,3 +91,25 @@ TEST_CASE("a page heap's descriptors go back with its pages") {
   ph.purge(true);
   REQUIRE(g_paged_pool_bytes.load() + 20 * os::kOsPage <= during);
 }
+
+TEST_CASE("a page heap's descriptor pages go back a tick after they empty, not a decay") {
+  // They hold no program data, and the pool fills its pages in use first: waiting a
+  // whole decay after the spans' own purge made them the last of a peak to go back
+  // (1.8 s after the frees with decay_ms=1000).
+  const uint64_t saved = g_config.decay_ms;
+  g_config.decay_ms = 1600;  // a tick every 100 ms; pages purged 1200 ms old
+  PageHeap ph;
+  bool z;
+  Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  std::vector<Span*> spans;
+  for (size_t i = 0; i < 40 * os::kOsPage / sizeof(Span); i++)
+    spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
+  for (Span* s : spans) ph.free(s);  // they merge: their descriptors are freed now
+  size_t before = g_paged_pool_bytes.load();
+  os::sleep_ns(150'000'000);
+  ph.purge(false);  // the spans are not old enough; their descriptor pages are
+  CHECK(g_paged_pool_bytes.load() + 20 * os::kOsPage <= before);
+  g_config.decay_ms = saved;
+  ph.free(keep);
+  ph.purge(true);
+}
