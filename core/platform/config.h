@@ -6,6 +6,8 @@
 // from /proc/self/environ with raw syscalls (never getenv: setenv may be reallocating
 // environ in another thread, mimalloc#1314). After that it is read-only, so readers
 // need no lock. Unknown keys and bad values get a one-line warning and the default.
+// Also the decay schedule derived from decay_ms (decay_tick_ms, decay_purge_age_ms),
+// which the tick, the page heaps and the huge cache share.
 #pragma once
 
 #include <cstddef>
