@@ -67,6 +67,14 @@ void PageHeap::remove_free(Span* s) {
   if (s->dirty) dirty_pages_ -= s->npages;
 }
 
+// Whether a neighbour found through the page map is a free span. It may be a slab
+// whose central list writes on_partial meanwhile (under that list's lock): GCC merged
+// the compares of kind and dirty into one load of the word holding on_partial, a race
+// ThreadSanitizer caught. kind itself changes only under this heap's lock.
+bool PageHeap::is_free(const Span* n) {
+  return n && __atomic_load_n(&n->kind, __ATOMIC_RELAXED) == SpanKind::kFree;
+}
+
 Span* PageHeap::find_free(size_t npages) {
   Span* s = dirty_lists_.shortest(npages);
   return s ? s : clean_lists_.shortest(npages);
@@ -239,7 +247,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
 void PageHeap::coalesce(Span* s) {
   Segment* seg = s->segment;
   auto mergeable = [s](const Span* n) {
-    return n && n->kind == SpanKind::kFree && n->dirty == s->dirty;
+    return is_free(n) && n->dirty == s->dirty;
   };
   auto absorb = [&](Span* n) {
     if (n->freed_at_ms < s->freed_at_ms) s->freed_at_ms = n->freed_at_ms;
@@ -276,7 +284,7 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
   size_t have = 0;
   for (uint32_t p = end; have < extra; p += last->npages) {
     last = p < kPagesPerSegment ? PageMap::get(seg->page_addr(p)) : nullptr;
-    if (!last || last->kind != SpanKind::kFree) return false;
+    if (!is_free(last)) return false;
     have += last->npages;
   }
   if (have > extra) {  // the last one's tail stays free
@@ -341,7 +349,7 @@ size_t PageHeap::purge_span(Span* s) {
 
 Span* PageHeap::merge_mixed(size_t npages) {
   auto clean_pages = [](const Span* n) {
-    return n && n->kind == SpanKind::kFree && n->dirty == Span::kClean ? size_t{n->npages} : 0;
+    return is_free(n) && n->dirty == Span::kClean ? size_t{n->npages} : 0;
   };
   for (size_t i = 1; i <= kMaxPages; i++)
     for (Span* s = dirty_lists_.by_length[i].front(); s; s = s->next) {

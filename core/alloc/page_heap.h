@@ -123,6 +123,7 @@ class alignas(64) PageHeap {
   // (dirty or clean) and sets its bounds.
   void coalesce(Span* s);
   Span* find_free(size_t npages);
+  static bool is_free(const Span* n);  // a neighbour from the page map
   Span* grow_heap();
   void insert_free(Span* s);
   void remove_free(Span* s);
