@@ -4,6 +4,7 @@
 #include "core/alloc/page_heap.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace uslab {
 
@@ -72,7 +73,9 @@ void PageHeap::remove_free(Span* s) {
 // the compares of kind and dirty into one load of the word holding on_partial, a race
 // ThreadSanitizer caught. kind itself changes only under this heap's lock.
 bool PageHeap::is_free(const Span* n) {
-  return n && __atomic_load_n(&n->kind, __ATOMIC_RELAXED) == SpanKind::kFree;
+  using Raw = std::underlying_type_t<SpanKind>;  // clang's __atomic takes integers only
+  return n && __atomic_load_n(reinterpret_cast<const Raw*>(&n->kind), __ATOMIC_RELAXED) ==
+                  static_cast<Raw>(SpanKind::kFree);
 }
 
 Span* PageHeap::find_free(size_t npages) {
