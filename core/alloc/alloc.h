@@ -5,6 +5,7 @@
 
 #include "core/alloc/central.h"
 #include "core/alloc/depot.h"
+#include "core/alloc/first_touch.h"
 #include "core/alloc/grace.h"
 #include "core/alloc/huge_cache.h"
 #include "core/alloc/meta_arena.h"

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/alloc/first_touch.h"
 #include "core/alloc/huge_cache.h"
 #include "core/alloc/thread_cache.h"
 
@@ -66,6 +67,8 @@ constinit std::atomic<bool> decided_{false};
 constinit std::atomic<uint64_t> remote_flushes_{0};  // percpu_remote_flush calls
 CpuMeta* meta_ = nullptr;
 size_t budget_ = 0;
+// CPUs whose metadata prepare_cpu has backed (a bit each).
+constinit std::atomic<uint64_t> cpu_prepared_[kMaxCpus / 64] = {};
 
 char* region_of(uint32_t cpu) { return g_cpu_region + (size_t{cpu} << kCpuRegionShift); }
 uint32_t* headers(uint32_t cpu) {
@@ -103,10 +106,23 @@ uint32_t usable_cpu() {
   return kNoCpu;
 }
 
+// Backs CPU c's CpuMeta and its shard's metadata with writable pages at the CPU's
+// first miss, before they are read (first_touch.h: a read first maps the zero page,
+// whose replacement at the first write interrupts every CPU of the process). The
+// headers of c's sheaves are not included: the fast paths have read them by then.
+void prepare_cpu(uint32_t c) {
+  uint64_t bit = uint64_t{1} << (c % 64);
+  if (cpu_prepared_[c / 64].load(std::memory_order_acquire) & bit) return;
+  os::populate(&meta_[c], sizeof(CpuMeta));
+  prepare_shard(shard_of_cpu(c));
+  cpu_prepared_[c / 64].fetch_or(bit, std::memory_order_release);
+}
+
 // A fixed-capacity sheaf of CPU c (kDeferSheaf, kRemoteSheaf): opened with capacity
 // `cap` when closed (0 objects moved), else emptied into out. -1 when the thread is
 // not on c. Takes c's lock.
 long take_fixed_sheaf(uint32_t c, unsigned idx, uint32_t cap, void** out) {
+  prepare_cpu(c);
   CpuMeta& m = meta_[c];
   LockGuard g(m.lock);
   if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
@@ -156,6 +172,7 @@ void tick_every_few_misses(CpuMeta& m) {
 // no lock: the steady state of a class that streams through its sheaf. What it reads
 // may be stale; a bit cleared meanwhile is set again by the next miss.
 void on_miss(uint32_t c, unsigned cls, bool alloc) {
+  prepare_cpu(c);
   CpuMeta& m = meta_[c];
   uint32_t max = sheaf_max_capacity(cls);
   if (!alloc && max > 2 * batch_size(cls)) max = 2 * batch_size(cls);

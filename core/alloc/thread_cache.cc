@@ -3,6 +3,7 @@
 // pthread key's creation.
 #include "core/alloc/thread_cache.h"
 
+#include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"
 
 #include <atomic>
@@ -94,6 +95,7 @@ ThreadCache* create() {
   ThreadCache* tc = &rec->tc;
   memset(tc, 0, sizeof *tc);
   tc->shard = shard_for_new_thread();
+  prepare_shard(tc->shard);
   size_t off = 0;
   for (unsigned c = 1; c < kNumClasses; c++) {
     tc->bins[c].cap = kClassInfo[c].tcache_cap;

@@ -107,6 +107,15 @@ void unmap(void* p, size_t bytes) { syscall6(SYS_munmap, (long)p, (long)bytes); 
 
 void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
 
+void populate(const void* p, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14's value (older headers lack it)
+#endif
+  uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(kOsPage - 1);
+  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + kOsPage - 1) & ~(kOsPage - 1);
+  syscall6(SYS_madvise, (long)lo, (long)(hi - lo), MADV_POPULATE_WRITE);
+}
+
 bool protect(void* p, size_t bytes, bool accessible) {
   return syscall6(SYS_mprotect, (long)p, (long)bytes,
                   accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;

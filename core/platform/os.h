@@ -32,6 +32,11 @@ void* map_aligned(size_t bytes, size_t align);
 void unmap(void* p, size_t bytes);
 // Return pages to the OS; the range reads as zero afterwards.
 void purge(void* p, size_t bytes);
+// Backs the pages overlapping [p, p + bytes) with writable memory now
+// (MADV_POPULATE_WRITE, Linux 5.14; nothing where the kernel lacks it), without
+// changing their contents. For metadata that would otherwise be read before it is
+// written: see core/alloc/first_touch.h for what that costs.
+void populate(const void* p, size_t bytes);
 // mprotect: read/write, or no access at all (guard pages); false when refused (the
 // kernel's limit on mappings, vm.max_map_count, counts every split).
 bool protect(void* p, size_t bytes, bool accessible);

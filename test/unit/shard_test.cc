@@ -7,6 +7,9 @@
 #include <cstring>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "core/heap.h"
 
 using namespace uslab;
@@ -217,4 +220,110 @@ TEST_CASE("a shard with nothing free borrows another shard's surplus before carv
   if (!drained.empty()) central_free(cls, drained.data(), drained.size());
   REQUIRE(in_use(0) == used0);
   REQUIRE(in_use(1) == used1);
+}
+
+// --- first touch (core/alloc/first_touch.h) ---
+
+namespace {
+
+// What /proc/self/pagemap says of the page holding p: present, and mapped by this
+// process alone (bit 56). The shared zero page, which a read of a never-written
+// anonymous page maps, is present but not exclusive.
+struct PageState {
+  bool present, exclusive;
+};
+PageState page_state(const void* p) {
+  static int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  uint64_t e = 0;
+  off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / os::kOsPage * sizeof e);
+  REQUIRE(pread(fd, &e, sizeof e, at) == static_cast<ssize_t>(sizeof e));
+  return PageState{(e >> 63 & 1) != 0, (e >> 56 & 1) != 0};
+}
+
+// The pages overlapping [p, p + bytes) that are present and exclusive / that read as
+// the zero page.
+struct PageCount {
+  size_t own, zero;
+};
+PageCount count_pages(const void* p, size_t bytes) {
+  PageCount n{0, 0};
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(os::kOsPage - 1);
+  for (; a < reinterpret_cast<uintptr_t>(p) + bytes; a += os::kOsPage) {
+    PageState s = page_state(reinterpret_cast<void*>(a));
+    if (s.present && s.exclusive) n.own++;
+    if (s.present && !s.exclusive) n.zero++;
+  }
+  return n;
+}
+
+size_t pages_overlapping(const void* p, size_t bytes) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(os::kOsPage - 1);
+  return (reinterpret_cast<uintptr_t>(p) + bytes - a + os::kOsPage - 1) / os::kOsPage;
+}
+
+// Reads every page of the range (as the lists' searches do before anything is written).
+void read_pages(const void* p, size_t bytes) {
+  const volatile char* c = static_cast<const volatile char*>(p);
+  for (size_t i = 0; i < bytes; i += os::kOsPage) (void)c[i];
+  (void)c[bytes - 1];
+}
+
+}  // namespace
+
+TEST_CASE("os::populate gives pages read as the zero page their own memory, contents kept") {
+  const size_t bytes = 3 * os::kOsPage;
+  char* p = static_cast<char*>(os::map(bytes));
+  REQUIRE(p);
+  p[os::kOsPage + 5] = 42;
+  read_pages(p, os::kOsPage);  // page 0 read only: the zero page; page 2 untouched
+  PageState zero = page_state(p);
+  REQUIRE(zero.present);
+  REQUIRE_FALSE(zero.exclusive);
+  REQUIRE_FALSE(page_state(p + 2 * os::kOsPage).present);
+  os::populate(p + 1, bytes - 2);  // rounded out to whole pages
+  PageCount n = count_pages(p, bytes);
+  CHECK(n.own == 3);
+  CHECK(n.zero == 0);
+  CHECK(p[os::kOsPage + 5] == 42);
+  for (size_t i = 0; i < bytes; i++)
+    if (i != os::kOsPage + 5) REQUIRE(p[i] == 0);
+  os::unmap(p, bytes);
+}
+
+TEST_CASE("a shard's page heap, central lists and depots get pages of their own at its first use") {
+  const unsigned sh = kMaxShards - 1;  // past the shards a machine of this size uses
+  if (shard_count() > sh) {
+    WARN("every shard is in use on this machine");
+    return;
+  }
+  REQUIRE_FALSE(shard_prepared(sh));
+  struct Row {
+    const void* p;
+    size_t bytes;
+  } rows[] = {{&g_page_heap[sh], sizeof g_page_heap[sh]},
+              {g_central[sh], sizeof g_central[sh]},
+              {g_depot[sh], sizeof g_depot[sh]}};
+  // Read first, as the lists are: without preparing, the pages are the zero page.
+  size_t zero = 0;
+  for (const Row& r : rows) {
+    read_pages(r.p, r.bytes);
+    zero += count_pages(r.p, r.bytes).zero;
+  }
+  REQUIRE(zero >= 8);  // the rows are 11 pages; only the pages they share with neighbours may be written
+  prepare_shard(sh);
+  REQUIRE(shard_prepared(sh));
+  for (const Row& r : rows) {
+    PageCount n = count_pages(r.p, r.bytes);
+    CHECK(n.zero == 0);
+    CHECK(n.own == pages_overlapping(r.p, r.bytes));
+  }
+}
+
+TEST_CASE("the shard an allocation used is prepared") {
+  void* p = heap::alloc(200);
+  REQUIRE(p);
+  heap::free(p);
+  CHECK(shard_prepared(current_shard()));
+  CHECK(shard_prepared(PageMap::get(p)->shard));
 }

@@ -1,0 +1,18 @@
+// core/alloc/first_touch.cc — preparing a shard's metadata; see first_touch.h.
+// Locking: none (idempotent).
+#include "core/alloc/first_touch.h"
+
+#include "core/alloc/depot.h"
+
+namespace uslab {
+
+constinit uint8_t g_shard_prepared[kMaxShards] = {};
+
+void prepare_shard_slow(unsigned sh) {
+  os::populate(&g_page_heap[sh], sizeof g_page_heap[sh]);
+  os::populate(g_central[sh], sizeof g_central[sh]);
+  os::populate(g_depot[sh], sizeof g_depot[sh]);
+  __atomic_store_n(&g_shard_prepared[sh], 1, __ATOMIC_RELEASE);
+}
+
+}  // namespace uslab
