@@ -58,6 +58,7 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   std::atomic<uint64_t> class_drains[kMaxClasses];
   std::atomic<uint64_t> class_hits[kMaxClasses];  // banked carries of the hit counters
   uint16_t hits_seen[kMaxClasses];  // each hit counter at the last decay tick
+  uint16_t slots_ready[kSheafHeaders];  // last slot of each sheaf prepare_slots backed
 };
 
 constexpr uint32_t kNoCpu = ~uint32_t{0};
@@ -118,6 +119,21 @@ void prepare_cpu(uint32_t c) {
   cpu_prepared_[c / 64].fetch_or(bit, std::memory_order_release);
 }
 
+// Backs CPU c's slots of sheaf idx up to `end` (the sheaf's new end, its lock held)
+// with writable pages before the capacity reaches them, a page at a time: the fast
+// paths read the top slot before they write above it (pop's test for an empty sheaf,
+// push's for a double free), and a never-written page that is read first maps the
+// zero page (first_touch.h). A sheaf's first slot page was such a page whenever the
+// CPU freed into it before it allocated from it.
+void prepare_slots(uint32_t c, CpuMeta& m, unsigned idx, uint32_t end) {
+  uint32_t from = m.slots_ready[idx] ? m.slots_ready[idx] + 1u : begin_of(idx);
+  if (end < from) return;
+  constexpr uint32_t kPerPage = os::kOsPage / sizeof(void*);
+  uint32_t last = (end / kPerPage + 1) * kPerPage - 1;  // the end of end's page
+  os::populate(slots_of(c) + from, size_t{last - from + 1} * sizeof(void*));
+  m.slots_ready[idx] = static_cast<uint16_t>(last);
+}
+
 // A fixed-capacity sheaf of CPU c (kDeferSheaf, kRemoteSheaf): opened with capacity
 // `cap` when closed (0 objects moved), else emptied into out. -1 when the thread is
 // not on c. Takes c's lock.
@@ -126,8 +142,9 @@ long take_fixed_sheaf(uint32_t c, unsigned idx, uint32_t cap, void** out) {
   CpuMeta& m = meta_[c];
   LockGuard g(m.lock);
   if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
-  return capacity_of(c, idx) == 0 ? percpu_resize(c, idx, begin_of(idx) + cap, nullptr)
-                                  : percpu_pop_batch(c, idx, out, cap);
+  if (capacity_of(c, idx) != 0) return percpu_pop_batch(c, idx, out, cap);
+  prepare_slots(c, m, idx, begin_of(idx) + cap);
+  return percpu_resize(c, idx, begin_of(idx) + cap, nullptr);
 }
 
 // Takes capacity from a class of CPU c other than `keep` that has not missed since
@@ -189,10 +206,12 @@ void on_miss(uint32_t c, unsigned cls, bool alloc) {
     size_t need = size_t{step} * class_size(cls);
     while (m.capacity_bytes + need > budget_ && steal(c, m, cls)) {
     }
-    if (m.capacity_bytes + need <= budget_ &&
-        percpu_resize(c, cls, begin_of(cls) + cap + step, nullptr) >= 0) {
-      m.capacity_bytes += need;
-      m.grows++;
+    if (m.capacity_bytes + need <= budget_) {
+      prepare_slots(c, m, cls, begin_of(cls) + cap + step);
+      if (percpu_resize(c, cls, begin_of(cls) + cap + step, nullptr) >= 0) {
+        m.capacity_bytes += need;
+        m.grows++;
+      }
     }
   }
   m.lock.unlock();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "core/heap.h"
@@ -326,4 +327,39 @@ TEST_CASE("the shard an allocation used is prepared") {
   heap::free(p);
   CHECK(shard_prepared(current_shard()));
   CHECK(shard_prepared(PageMap::get(p)->shard));
+}
+
+TEST_CASE("a CPU's sheaf slots get pages of their own before its capacity reaches them") {
+  if (!percpu_decide()) return;  // per-thread caches: no sheaves
+  // Pinned, so that the class grown is the one on this CPU.
+  cpu_set_t old, one;
+  REQUIRE(sched_getaffinity(0, sizeof old, &old) == 0);
+  uint32_t c = rseq_cpu_id();
+  REQUIRE(c < g_cpu_count);
+  CPU_ZERO(&one);
+  CPU_SET(c, &one);
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  // A size class never used on this CPU whose first slots lie on a page nobody touched.
+  void** slots = reinterpret_cast<void**>(g_cpu_region + (size_t{c} << kCpuRegionShift));
+  unsigned cls = 0;
+  for (unsigned k = kNumClasses - 1; k > 0 && !cls; k--) {
+    void** first = slots + kSheafLayout.begin[k];
+    size_t bytes = (batch_size(k) + 1) * sizeof(void*);
+    if (count_pages(first, bytes).own == 0 && count_pages(first, bytes).zero == 0) cls = k;
+  }
+  if (!cls) {
+    WARN("every size class's first slots are already touched on CPU " << c);
+  } else {
+    void* obj = nullptr;
+    REQUIRE(g_central[shard_of_cpu(c)][cls].alloc_batch(cls, &obj, 1) == 1);
+    // A free that finds no capacity: the miss grows the sheaf and moves nothing.
+    REQUIRE(percpu_put(cls, &obj, 1) == 0);
+    void** first = slots + kSheafLayout.begin[cls];
+    size_t bytes = (batch_size(cls) + 1) * sizeof(void*);
+    PageCount n = count_pages(first, bytes);
+    CHECK(n.zero == 0);
+    CHECK(n.own == pages_overlapping(first, bytes));
+    heap::free(obj);
+  }
+  REQUIRE(sched_setaffinity(0, sizeof old, &old) == 0);
 }
