@@ -58,7 +58,7 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   std::atomic<uint64_t> class_drains[kMaxClasses];
   std::atomic<uint64_t> class_hits[kMaxClasses];  // banked carries of the hit counters
   uint16_t hits_seen[kMaxClasses];  // each hit counter at the last decay tick
-  uint16_t slots_ready[kSheafHeaders];  // last slot of each sheaf prepare_slots backed
+  uint64_t pages_ready;  // pages of the CPU's region prepare_slots backed (a bit each)
 };
 
 constexpr uint32_t kNoCpu = ~uint32_t{0};
@@ -120,18 +120,22 @@ void prepare_cpu(uint32_t c) {
 }
 
 // Backs CPU c's slots of sheaf idx up to `end` (the sheaf's new end, its lock held)
-// with writable pages before the capacity reaches them, a page at a time: the fast
-// paths read the top slot before they write above it (pop's test for an empty sheaf,
-// push's for a double free), and a never-written page that is read first maps the
-// zero page (first_touch.h). A sheaf's first slot page was such a page whenever the
-// CPU freed into it before it allocated from it.
+// with writable pages before the capacity reaches them: the fast paths read the top
+// slot before they write above it (pop's test for an empty sheaf, push's for a
+// double free), and a never-written page that is read first maps the zero page
+// (first_touch.h). A sheaf's first slot page was such a page whenever the CPU freed
+// into it before it allocated from it. One system call for the pages not backed yet.
 void prepare_slots(uint32_t c, CpuMeta& m, unsigned idx, uint32_t end) {
-  uint32_t from = m.slots_ready[idx] ? m.slots_ready[idx] + 1u : begin_of(idx);
-  if (end < from) return;
   constexpr uint32_t kPerPage = os::kOsPage / sizeof(void*);
-  uint32_t last = (end / kPerPage + 1) * kPerPage - 1;  // the end of end's page
-  os::populate(slots_of(c) + from, size_t{last - from + 1} * sizeof(void*));
-  m.slots_ready[idx] = static_cast<uint16_t>(last);
+  static_assert((size_t{1} << kCpuRegionShift) / os::kOsPage <= 64, "a bit per page");
+  uint32_t first = begin_of(idx) / kPerPage, last = end / kPerPage;
+  uint64_t want = (~uint64_t{0} >> (63 - last)) & (~uint64_t{0} << first);  // pages first … last
+  uint64_t missing = want & ~m.pages_ready;
+  if (!missing) return;
+  uint32_t lo = static_cast<uint32_t>(__builtin_ctzll(missing));
+  uint32_t hi = 63 - static_cast<uint32_t>(__builtin_clzll(missing));
+  os::populate(region_of(c) + size_t{lo} * os::kOsPage, size_t{hi - lo + 1} * os::kOsPage);
+  m.pages_ready |= want;
 }
 
 // A fixed-capacity sheaf of CPU c (kDeferSheaf, kRemoteSheaf): opened with capacity
