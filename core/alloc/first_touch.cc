@@ -2,7 +2,7 @@
 // Locking: none (idempotent).
 #include "core/alloc/first_touch.h"
 
-#include "core/alloc/depot.h"
+#include "core/alloc/central.h"
 
 namespace uslab {
 
@@ -11,7 +11,6 @@ constinit uint8_t g_shard_prepared[kMaxShards] = {};
 void prepare_shard_slow(unsigned sh) {
   os::populate(&g_page_heap[sh], sizeof g_page_heap[sh]);
   os::populate(g_central[sh], sizeof g_central[sh]);
-  os::populate(g_depot[sh], sizeof g_depot[sh]);
   __atomic_store_n(&g_shard_prepared[sh], 1, __ATOMIC_RELEASE);
 }
 
