@@ -15,6 +15,10 @@ Benchmarks (default: all):
                 frees, single calls vs uslab_alloc_bulk / uslab_cache_alloc_bulk
   concurrent    the seed concurrent test: every CPU does N x alloc then N x free
                 at once, average cycles per phase by size (warm pass; cold as ratios)
+  firstuse      start-up of a multi-threaded program: one thread per CPU makes the
+                process's first use of 40 size classes at once (200 objects of
+                each), then frees another thread's: cycles per allocation and per
+                free, median of 9 processes per round
   instructions  instructions per malloc+free pair (valgrind callgrind, which has no
                 rseq: the per-thread fallback for uslab)
   rss           memory return: a 256 MB peak of small objects freed, and a
@@ -226,6 +230,33 @@ def bench_concurrent(args, allocs, out):
     # Warm rows keep the keys of earlier runs (allocator/phase/size); cold ones add /cold.
     out["concurrent"] = {f"{a}/{ph}/{s}" + ("/cold" if p == "cold" else ""): v
                          for (a, p, ph, s), v in results.items()}
+
+
+def bench_firstuse(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "threads")
+    cpus = os.cpu_count() or 1
+    results = {}  # (alloc, phase) -> [cycles per operation, one per process]
+
+    def one(a, lib):
+        for _ in range(9):  # a first use happens once per process
+            for row in run_json([exe, "firstuse", str(cpus), "200"], lib):
+                for phase in ("alloc", "free"):
+                    results.setdefault((a, phase), []).append(row[f"{phase}_cycles"])
+
+    alternate(allocs, args.rounds, one)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"Command: tools/uslab bench firstuse --rounds {args.rounds} ({cpus} threads, one "
+          "pinned per CPU, each the process's first use of 40 size classes of 16 … 3799 "
+          "bytes at once, 200 objects of each, then frees the next thread's; average TSC "
+          f"cycles per operation, median of {9 * args.rounds} processes)\n")
+    print("| allocator | alloc | free | alloc / jemalloc | free / jemalloc |")
+    print("|---|---|---|---|---|")
+    for a in allocs:
+        print(f"| {a} | {med[a, 'alloc']:.1f} | {med[a, 'free']:.1f} | "
+              f"{med[a, 'alloc'] / med['jemalloc', 'alloc']:.2f} | "
+              f"{med[a, 'free'] / med['jemalloc', 'free']:.2f} |")
+    print()
+    out["firstuse"] = {f"{a}/{ph}": v for (a, ph), v in results.items()}
 
 
 def numa_pair():
@@ -611,8 +642,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
-    known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "instructions",
-             "deferred", "rss", "bigblocks", "startup", "numa", "thp"]
+    known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "firstuse",
+             "instructions", "deferred", "rss", "bigblocks", "startup", "numa", "thp"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -649,6 +680,8 @@ def main():
             bench_bulk(args, allocs, out)
         elif name == "concurrent":
             bench_concurrent(args, allocs, out)
+        elif name == "firstuse":
+            bench_firstuse(args, allocs, out)
         elif name == "deferred":
             bench_deferred(args, allocs, out)
         elif name == "rss":

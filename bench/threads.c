@@ -24,6 +24,14 @@
  *                                     first use of each size: first-touch of caches
  *                                     and slabs) and "warm" (the same again, the
  *                                     steady state the seed test measured)
+ *   threads firstuse THREADS K        start-up of a multi-threaded program: THREADS
+ *                                     threads, each pinned to its own CPU, make the
+ *                                     process's first use of 40 size classes (16 …
+ *                                     3799 bytes) at the same time, K objects of each,
+ *                                     then free the objects of the next thread; one
+ *                                     JSON line with the average TSC cycles per
+ *                                     allocation and per free (the first touches of
+ *                                     the allocator's metadata and caches)
  *   threads mem THREADS OBJECTS       THREADS threads, all alive until the end,
  *                                     take turns allocating OBJECTS objects (16..256
  *                                     bytes) and freeing them: peak RSS shows what
@@ -39,6 +47,7 @@
 #include <sched.h>
 #include <x86intrin.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include "proc_self.h"
 
@@ -205,6 +214,32 @@ static void *concurrent(void *arg) {
   return NULL;
 }
 
+/* --- firstuse: every CPU's first use of many size classes at once --- */
+enum { kFirstUseClasses = 40 };
+static long fu_k;
+static void ***fu_objs; /* [thread][class * fu_k + i] */
+static _Atomic uint64_t fu_alloc_cycles, fu_free_cycles;
+static void *firstuse(void *arg) {
+  int t = (int)(uintptr_t)arg;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(t, &one);
+  sched_setaffinity(0, sizeof one, &one);
+  void **mine = fu_objs[t], **next = fu_objs[(t + 1) % nthreads];
+  pthread_barrier_wait(&conc_barrier);
+  uint64_t t0 = __rdtsc();
+  for (int c = 0; c < kFirstUseClasses; c++)
+    for (long i = 0; i < fu_k; i++) mine[c * fu_k + i] = malloc(16 + (size_t)c * 97);
+  uint64_t t1 = __rdtsc();
+  pthread_barrier_wait(&conc_barrier);
+  uint64_t t2 = __rdtsc();
+  for (long i = 0; i < kFirstUseClasses * fu_k; i++) free(next[i]);
+  uint64_t t3 = __rdtsc();
+  atomic_fetch_add(&fu_alloc_cycles, t1 - t0);
+  atomic_fetch_add(&fu_free_cycles, t3 - t2);
+  return NULL;
+}
+
 static void run(void *(*fn)(void *), int n, uintptr_t arg_base, pthread_t *ts) {
   pthread_attr_t attr; /* small stacks: RSS should show heaps, not stacks */
   pthread_attr_init(&attr);
@@ -275,6 +310,23 @@ int main(int argc, char **argv) {
              (double)atomic_load(&conc_alloc_cycles) / ops,
              (double)atomic_load(&conc_free_cycles) / ops);
     }
+    return 0;
+  } else if (!strcmp(what, "firstuse")) {
+    /* The objects' arrays come from mmap: the allocator's first use is the threads'. */
+    fu_k = (long)arg;
+    size_t bytes = sizeof(void *) * kFirstUseClasses * (size_t)fu_k;
+    fu_objs = mmap(NULL, sizeof(void **) * (size_t)nthreads, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (int i = 0; i < nthreads; i++)
+      fu_objs[i] = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    pthread_barrier_init(&conc_barrier, NULL, (unsigned)nthreads);
+    run(firstuse, nthreads, 0, ts);
+    for (int i = 0; i < nthreads; i++) pthread_join(ts[i], NULL);
+    double ops = (double)kFirstUseClasses * (double)fu_k * nthreads;
+    printf("{\"workload\": \"firstuse\", \"threads\": %d, \"alloc_cycles\": %.1f, "
+           "\"free_cycles\": %.1f}\n",
+           nthreads, (double)atomic_load(&fu_alloc_cycles) / ops,
+           (double)atomic_load(&fu_free_cycles) / ops);
     return 0;
   } else if (!strcmp(what, "mem")) {
     mem_objects = (long)arg;
