@@ -195,10 +195,7 @@ static long conc_n;
 static size_t conc_size;
 static _Atomic uint64_t conc_alloc_cycles, conc_free_cycles;
 static void *concurrent(void *arg) {
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET((int)(uintptr_t)arg, &one);
-  sched_setaffinity(0, sizeof one, &one);
+  pin_self((int)(uintptr_t)arg);
   void **v = malloc(sizeof(void *) * (size_t)conc_n);
   pthread_barrier_wait(&conc_barrier);
   uint64_t t0 = __rdtsc();
@@ -221,10 +218,7 @@ static void ***fu_objs; /* [thread][class * fu_k + i] */
 static _Atomic uint64_t fu_alloc_cycles, fu_free_cycles;
 static void *firstuse(void *arg) {
   int t = (int)(uintptr_t)arg;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(t, &one);
-  sched_setaffinity(0, sizeof one, &one);
+  pin_self(t);
   void **mine = fu_objs[t], **next = fu_objs[(t + 1) % nthreads];
   pthread_barrier_wait(&conc_barrier);
   uint64_t t0 = __rdtsc();
