@@ -1,7 +1,9 @@
 // Shards: slabs belong to the shard that carved them; frees from anywhere go back
 // to that shard's central list and depot; a page heap with no room takes another
 // heap's free pages before it maps a segment. These need two shards (shard_cpus=1
-// on a machine with two CPUs or more).
+// on a machine with two CPUs or more). Then first touch (core/alloc/first_touch.h):
+// a shard's and a CPU's metadata are pages of their own, never the zero page, before
+// anything reads them (checked through /proc/self/pagemap).
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cstring>
