@@ -2,9 +2,7 @@
 // barrier, the background thread. See deferred.h for the flow and the locking.
 #include "core/deferred.h"
 
-#include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 
 #include <atomic>
 #include <cstring>
@@ -56,9 +54,6 @@ DeferSlot* slots_ = nullptr;
 uint32_t nslots_ = 0;
 constinit std::atomic<bool> decided_{false};
 
-// Background thread.
-constinit std::atomic<bool> bg_running_{false};
-
 DeferBlock* new_block() {
   int saved = errno;
   auto* b = static_cast<DeferBlock*>(alloc(sizeof(DeferBlock)));
@@ -84,7 +79,8 @@ void decide() {
   chain_secret_ = os::random_u64();
   g_defer_percpu = percpu_decide() && rseq_fence_available();
   decided_.store(true, std::memory_order_release);
-  __atomic_store_n(&g_decay_hook, &deferred_tick, __ATOMIC_RELEASE);
+  static constexpr DecayHooks kHooks{deferred_tick, deferred_pending_objects};
+  __atomic_store_n(&g_decay_hooks, &kHooks, __ATOMIC_RELEASE);
 }
 
 // Links of the emergency chain are stored encoded, as SLUB hardens its free lists:
@@ -325,11 +321,14 @@ void seal_open(bool wait) {
 
 // The push of a thread without a CPU sheaf: the open block of its CPU's slot.
 void push_locked(void* p) {
-  bool sealed = false;
+  bool sealed = false, opened = false;
   {
     DeferSlot& s = current_slot();
     LockGuard g(s.lock);
-    if (!s.open) s.open = new_block();
+    if (!s.open) {
+      s.open = new_block();
+      opened = true;
+    }
     if (!s.open) {
       LockGuard q(queue_lock_);
       add_to_chain_locked(p);
@@ -339,6 +338,9 @@ void push_locked(void* p) {
     }
   }
   if (sealed) after_seal();
+  // A slot's first object since the last seal: the decay tick (and the background
+  // thread, if it sleeps) will seal it.
+  if (opened) decay_notice();
 }
 
 }  // namespace
@@ -366,6 +368,7 @@ void defer_miss(void* p, unsigned) {
   }
   free_deferred(p);
   if (k > 0) after_seal();
+  decay_notice();  // a sheaf opened or sealed: deferred objects wait for a tick
 }
 
 void synchronize() { grace_synchronize(); }
@@ -401,6 +404,24 @@ void deferred_barrier() {
   }
 }
 
+size_t deferred_pending_objects() {
+  if (!decided_.load(std::memory_order_acquire)) return 0;
+  size_t n = percpu_defer_pending();
+  // A busy slot counts as one: the tick that asks may run inside an allocation made
+  // under that slot's lock (a new block), and must not wait for it.
+  for (uint32_t i = 0; i < nslots_; i++) {
+    Mutex& m = slots_[i].lock;
+    if (!m.try_lock()) {
+      n++;
+      continue;
+    }
+    if (slots_[i].open) n += slots_[i].open->count;
+    m.unlock();
+  }
+  LockGuard g(queue_lock_);
+  return n + sealed_objects_ + chain_count_;
+}
+
 DeferredStats deferred_stats(size_t* per_class) {
   DeferredStats st{};
   if (per_class) memset(per_class, 0, kMaxClasses * sizeof(size_t));
@@ -433,41 +454,6 @@ DeferredStats deferred_stats(size_t* per_class) {
   st.grace_periods = grace_completed();
   st.membarrier = grace_uses_membarrier();
   return st;
-}
-
-namespace {
-
-void* background_main(void*) {
-  for (;;) {
-    uint64_t period_ms = g_config.decay_ms / 40;
-    if (period_ms < 1) period_ms = 1;
-    if (period_ms > 100) period_ms = 100;
-    os::sleep_ns(period_ms * 1000000);
-    deferred_poll();
-    decay_maybe_tick();
-  }
-  return nullptr;
-}
-
-}  // namespace
-
-void background_thread_maybe_start() {
-  if (!g_config.background_thread || bg_running_.load(std::memory_order_relaxed)) return;
-  bool expected = false;
-  if (!bg_running_.compare_exchange_strong(expected, true)) return;
-  // The thread takes no signals meant for the program.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 << 10);
-  pthread_t t;
-  if (pthread_create(&t, &attr, background_main, nullptr) != 0)
-    bg_running_.store(false);
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 namespace {
@@ -507,7 +493,6 @@ void deferred_fork_child() {
   // thread does not exist here); a poll the forking thread itself is in goes on.
   if (poller_ && !fork_poller_is_me_) requeue_inflight_locked();
   grace_fork_child();
-  bg_running_.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace uslab::heap

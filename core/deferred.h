@@ -9,12 +9,11 @@
 // sealed), the emergency chain (objects linked through their own first word when no
 // block can be allocated: a deferred free is never lost; the links are encoded with
 // a per-process secret, so a write into a deferred object is reported, not
-// followed), polling and the barrier, the optional background thread, stats and
-// fork handling.
+// followed), polling and the barrier, stats and fork handling.
 //
 // Flow: push → full sheaf → its pointers move into a fresh 4 KiB block, which is
-// stamped and queued (the decay tick, malloc_trim, the background thread and the
-// barrier also seal sheaves that are not full) → a poll (once a few blocks wait, on
+// stamped and queued (the decay tick, run also by the background thread, malloc_trim and
+// the barrier also seal sheaves that are not full) → a poll (once a few blocks wait, on
 // those occasions too) detaches the
 // queue, starts a grace period, and frees every block whose stamp is complete with
 // free_bulk (grouped by slab); the others go back to the head of the queue.
@@ -63,6 +62,9 @@ void deferred_poll();
 // however full, then polls, so deferred memory comes back in a program that stopped
 // deferring.
 void deferred_tick();
+// Objects given to free_deferred and not freed yet (cheap; the background thread's
+// backlog: decay.h).
+size_t deferred_pending_objects();
 
 struct DeferredStats {
   size_t blocks;            // sealed blocks waiting (queued or being freed)
@@ -79,12 +81,6 @@ struct DeferredStats {
 // the emergency chain, not the open sheaves) of each class (0: large objects).
 DeferredStats deferred_stats(size_t* per_class = nullptr);
 
-// Starts the background thread when `background_thread` is configured and it is not
-// running: at start (the library's constructor) and in a forked child (its fork
-// handler). Never from inside a free or an allocation: glibc frees a dead thread's
-// TLS under its stack-cache lock, which pthread_create needs (an attempt to start
-// the thread on demand once much memory was free deadlocked so).
-void background_thread_maybe_start();
 
 // fork: the queue lock and the slot locks, taken before the heap's.
 void deferred_fork_prepare();

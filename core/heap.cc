@@ -41,6 +41,7 @@ void free_huge(Segment* seg) {
 
 void* alloc_large(size_t size, size_t align, bool* zeroed) {
   config_init();
+  decay_notice();  // a program that only makes large calls still returns a peak
   if (size > kMaxRequest || align > kMaxRequest) return os::fail_nomem();
   if (size == 0) size = 1;
   size_t npages = pages_for(size);
@@ -93,6 +94,7 @@ void free_slow(void* p, uintptr_t e) {
       free_huge(s->segment);
     else
       page_heap_of(s).free(s);
+    decay_notice();
     return;
   }
   Span* s = PageMap::span_of(e);
@@ -166,6 +168,7 @@ size_t resize_in_place(void* p, size_t size) {
   if (Span* s = slab_of(p, e)) return s->obj_size;
   if (Span* l = large_of(p, e)) {
     large_resize_in_place(l, size);
+    decay_notice();
     return l->bytes();
   }
   config_init();
@@ -194,7 +197,9 @@ void* realloc(void* p, size_t size) {
     old_size = s->obj_size;
   } else if (Span* l = large_of(p, e)) {
     old_size = l->bytes();
-    if (large_resize_in_place(l, size)) return p;
+    bool resized = large_resize_in_place(l, size);
+    decay_notice();
+    if (resized) return p;
   } else {
     config_init();
     report_bad_free(p, "realloc of invalid pointer", 0);
@@ -221,6 +226,7 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
     return n;
   }
   size_t got = g_percpu ? percpu_take(cls, out, n) : 0;
+  if (got == n) return n;
   while (got < n) {
     size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
     size_t k = g_depot[current_shard()][cls].take(cls, out + got, want);
@@ -231,6 +237,7 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
     }
     got += k;
   }
+  decay_notice();  // past the CPU sheaf, as a refill
   return n;
 }
 
@@ -265,8 +272,10 @@ void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
   // The CPU sheaf takes the last objects that fit; the rest goes to the depot as
   // full sheaves, or to the slabs once the depot is at its bound.
   size_t left = n && g_percpu ? n - percpu_put(cls, ptrs, n) : n;
+  if (left == 0) return;
   for (size_t i = 0; i < left; i += kMaxBatch)
     depot_give(cls, ptrs + i, left - i < kMaxBatch ? left - i : kMaxBatch);
+  decay_notice();  // past the CPU sheaf, as a drain
 }
 
 size_t alloc_bulk(size_t size, size_t n, void** out) {
@@ -593,6 +602,8 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       d.objects_pending, d.bytes_waiting, d.blocks, d.emergency_objects, (size_t)d.objects_freed,
       (size_t)d.blocks_freed, (size_t)d.grace_periods,
       d.membarrier ? "membarrier" : "reader fences");
+  background_describe(line, sizeof line);
+  write(opaque, line);
 }
 
 void topology_print(void (*write)(void*, const char*), void* opaque) {
@@ -672,7 +683,7 @@ void init() {
     int fd = os::dup_high(2);
     if (fd >= 0) g_report_fd = fd;
   }
-  background_thread_maybe_start();
+  background_init();
 }
 
 bool stats_at_exit() {
@@ -744,10 +755,7 @@ void fork_child() {
   thread_cache_registry_lock().reset_after_fork();
   thread_cache_after_fork_child();
   deferred_fork_child();
-  // Here, not on a later slow path: a slow path can run inside a free that glibc
-  // makes under its own locks, which pthread_create needs; in the child's handler
-  // glibc's locks have just been reset and it is the only thread.
-  background_thread_maybe_start();
+  background_fork_child();
 }
 
 }  // namespace uslab::heap

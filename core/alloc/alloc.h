@@ -3,7 +3,9 @@
 // it; the Heap facade (core/heap.h) is the only includer.
 #pragma once
 
+#include "core/alloc/background.h"
 #include "core/alloc/central.h"
+#include "core/alloc/decay.h"
 #include "core/alloc/depot.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/grace.h"

@@ -318,7 +318,7 @@ void CentralList::release_spare() {
 CentralStats CentralList::stats(unsigned cls) {
   LockGuard g(lock_);
   return CentralStats{slabs_, slabs_ * class_info(cls).objects, free_objects_, batches_out_,
-                      batches_in_, remote_, lent_};
+                      batches_in_, remote_, lent_, spare_ ? size_t{1} : 0};
 }
 
 }  // namespace uslab

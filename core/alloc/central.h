@@ -49,9 +49,11 @@ struct CentralStats {
   uint64_t batches_in;  // free_batch calls
   uint64_t remote;      // objects freed here from thread caches of other shards
   uint64_t lent;        // objects other shards borrowed from these slabs
+  size_t spares;        // empty slabs kept as spares (the decay tick gives them back)
 
   CentralStats& operator+=(const CentralStats& o) {
     slabs += o.slabs;
+    spares += o.spares;
     objects += o.objects;
     free_objects += o.free_objects;
     batches_out += o.batches_out;

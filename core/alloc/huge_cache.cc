@@ -1,6 +1,7 @@
 // core/alloc/huge_cache.cc — freed huge segments kept for reuse; see huge_cache.h.
 #include "core/alloc/huge_cache.h"
 
+#include "core/alloc/background.h"
 #include "core/alloc/page_heap.h"
 
 namespace uslab {
@@ -57,14 +58,20 @@ void huge_cache_put(Segment* seg) {
   }
   // Freed: a second free of the object is reported as a double free meanwhile.
   s->kind = SpanKind::kFree;
-  LockGuard g(lock_);
-  while (count_ > 0 && (count_ == kHugeCacheEntries || bytes_ + seg->mapped_bytes > kHugeCacheBytes)) {
-    Segment* old = entries_[0].seg;
-    remove_at(0);
-    huge_segment_destroy(old);
+  size_t kept;
+  {
+    LockGuard g(lock_);
+    while (count_ > 0 && (count_ == kHugeCacheEntries || bytes_ + seg->mapped_bytes > kHugeCacheBytes)) {
+      Segment* old = entries_[0].seg;
+      remove_at(0);
+      huge_segment_destroy(old);
+    }
+    entries_[count_++] = Entry{seg, os::now_ms()};
+    kept = bytes_ += seg->mapped_bytes;
   }
-  entries_[count_++] = Entry{seg, os::now_ms()};
-  bytes_ += seg->mapped_bytes;
+  // Resident until the decay: the background thread is told.
+  background_wake();
+  if (kept >= kBackgroundStartBytes) background_want();
 }
 
 size_t huge_cache_purge(bool all) {

@@ -3,6 +3,8 @@
 // lock_ held.
 #include "core/alloc/page_heap.h"
 
+#include "core/alloc/background.h"
+
 #include <cstring>
 #include <type_traits>
 
@@ -201,10 +203,22 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
 }
 
 void PageHeap::free(Span* const* spans, size_t n) {
-  LockGuard g(lock_);
-  uint64_t now = os::now_ms();
-  for (size_t i = 0; i < n; i++) free_locked(spans[i], now);
-  maybe_purge(now);
+  size_t dirty;
+  {
+    LockGuard g(lock_);
+    uint64_t now = os::now_ms();
+    for (size_t i = 0; i < n; i++) free_locked(spans[i], now);
+    maybe_purge(now);
+    dirty = dirty_pages_;
+  }
+  after_free(dirty);
+}
+
+void PageHeap::after_free(size_t dirty_pages) {
+  // Pages wait for the decay now: a sleeping background thread wakes, and with this
+  // many the thread is wanted (no lock held here, but a caller's may be: no start).
+  background_wake();
+  if ((dirty_pages << kPageShift) >= kBackgroundStartBytes) background_want();
 }
 
 void page_heap_free_spans(Span* const* spans, size_t n) {
@@ -313,23 +327,28 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
 }
 
 void PageHeap::shrink(Span* s, size_t new_npages) {
-  LockGuard g(lock_);
-  if (new_npages == 0 || new_npages >= s->npages) return;
-  Span* tail = new_span_desc();
-  if (!tail) return;  // keep the pages; shrinking is only an optimisation
-  Segment* seg = s->segment;
-  if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
-  tail->segment = seg;
-  tail->kind = SpanKind::kLarge;
-  tail->first_page = s->first_page + static_cast<uint32_t>(new_npages);
-  tail->npages = s->npages - static_cast<uint32_t>(new_npages);
-  tail->start = s->start + (new_npages << kPageShift);
-  s->npages = static_cast<uint32_t>(new_npages);
-  set_bounds(s);
-  set_bounds(tail);
-  uint64_t now = os::now_ms();
-  free_locked(tail, now);
-  maybe_purge(now);
+  size_t dirty;
+  {
+    LockGuard g(lock_);
+    if (new_npages == 0 || new_npages >= s->npages) return;
+    Span* tail = new_span_desc();
+    if (!tail) return;  // keep the pages; shrinking is only an optimisation
+    Segment* seg = s->segment;
+    if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
+    tail->segment = seg;
+    tail->kind = SpanKind::kLarge;
+    tail->first_page = s->first_page + static_cast<uint32_t>(new_npages);
+    tail->npages = s->npages - static_cast<uint32_t>(new_npages);
+    tail->start = s->start + (new_npages << kPageShift);
+    s->npages = static_cast<uint32_t>(new_npages);
+    set_bounds(s);
+    set_bounds(tail);
+    uint64_t now = os::now_ms();
+    free_locked(tail, now);
+    maybe_purge(now);
+    dirty = dirty_pages_;
+  }
+  after_free(dirty);
 }
 
 void PageHeap::maybe_purge(uint64_t now) {
@@ -426,6 +445,12 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
   // whole decay they were the last of a peak to go back.
   descs_.purge(now, decay_tick_ms(), all);
   return purged;
+}
+
+bool PageHeap::backlog(size_t* dirty_bytes) {
+  LockGuard g(lock_);
+  *dirty_bytes = dirty_pages_ << kPageShift;
+  return dirty_pages_ || !clean_lists_.by_length[kMaxPages].empty() || descs_.has_empty();
 }
 
 PageHeapStats PageHeap::stats() {

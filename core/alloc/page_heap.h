@@ -111,6 +111,9 @@ class alignas(64) PageHeap {
   void shrink(Span* s, size_t new_npages);
   // Return free pages older than decay_purge_age_ms (all of them if `all`); bytes purged.
   size_t purge(bool all);
+  // What the decay tick can still do here (decay.h): free dirty bytes in *dirty_bytes;
+  // true when there is anything (those, wholly free segments, empty descriptor pages).
+  bool backlog(size_t* dirty_bytes);
 
   PageHeapStats stats();
   Mutex& lock() { return lock_; }
@@ -119,6 +122,9 @@ class alignas(64) PageHeap {
  private:
   Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow);
   void free_locked(Span* s, uint64_t now);
+  // After a free, with no lock of this heap: tells the background thread (dirty_pages:
+  // this heap's dirty pages now).
+  static void after_free(size_t dirty_pages);
   // Merges free span s (on no list) with its free neighbours of the same state
   // (dirty or clean) and sets its bounds.
   void coalesce(Span* s);

@@ -64,6 +64,9 @@ class PagedPool {
     }
   }
 
+  // Whether a wholly free page waits for purge().
+  bool has_empty() const { return !empty_.empty(); }
+
   // Purges the pages wholly free for age_ms (every wholly free one if `all`);
   // returns the bytes purged.
   size_t purge(uint64_t now, uint64_t age_ms, bool all) {

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/alloc/background.h"
+#include "core/alloc/decay.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/huge_cache.h"
 #include "core/alloc/thread_cache.h"
@@ -184,6 +186,7 @@ void tick_every_few_misses(CpuMeta& m) {
   uint32_t k = m.misses.load(std::memory_order_relaxed) + 1;
   m.misses.store(k, std::memory_order_relaxed);
   if (k % 8 == 0) decay_maybe_tick();
+  background_poke();  // every miss: one load, unless the thread sleeps or is wanted
 }
 
 // Called on every miss of cls on CPU c: grows the class's capacity by a batch while
@@ -311,7 +314,7 @@ void* percpu_alloc_tick(unsigned cls) {
     LockGuard g(m.lock);
     m.active.set(cls, true);
   }
-  decay_maybe_tick();
+  decay_notice();
   return percpu_alloc(cls);
 }
 void percpu_free_retry(void* p, unsigned cls) { percpu_free(p, cls); }
@@ -558,12 +561,11 @@ void drain_classes(unsigned lo, unsigned hi) {
   depot_flush_classes(lo, hi);
 }
 
-// The tick's share of the CPU sheaves: on every CPU, the classes that neither
-// missed nor served an allocation since the last tick are drained and their
-// capacity goes back to the budget (idle capacity shrinks; a class in use regrows it
-// by a batch per miss); the others are emptied and keep their capacity (trim_cpu).
-// A busy class pays one refill per tick for it.
-void decay_idle_sheaves() {
+}  // namespace
+
+// The tick's share of the CPU sheaves (percpu.h): idle classes drained, the others
+// emptied by trim_cpu.
+void percpu_decay_sheaves() {
   if (!g_percpu || !rseq_fence_available()) return;
   for (uint32_t c = 0; c < g_cpu_count; c++) {
     CpuMeta& m = meta_[c];
@@ -589,26 +591,6 @@ void decay_idle_sheaves() {
     if (any_in_use) trim_cpu(c, in_use);
     flush_remote_cpu(c);
   }
-}
-
-}  // namespace
-
-void (*g_decay_hook)() = nullptr;
-
-void decay_maybe_tick() {
-  static constinit std::atomic<uint64_t> next_tick_ms{0};
-  uint64_t now = os::now_ms();
-  uint64_t next = next_tick_ms.load(std::memory_order_relaxed);
-  if (now < next) return;
-  if (!next_tick_ms.compare_exchange_strong(next, now + decay_tick_ms(), std::memory_order_relaxed))
-    return;  // another thread runs this tick
-  if (next == 0) return;  // the first call only starts the clock
-  depot_decay_all();
-  decay_idle_sheaves();
-  central_release_all_spares();
-  if (void (*hook)() = __atomic_load_n(&g_decay_hook, __ATOMIC_ACQUIRE)) hook();
-  page_heap_purge_all(false);  // pages free for decay_purge_age_ms, even if a heap saw no call since
-  huge_cache_purge(false);
 }
 
 size_t percpu_take(unsigned cls, void** out, size_t n) {
@@ -682,6 +664,15 @@ void percpu_class_stats(PerCpuClassStats out[kMaxClasses]) {
       out[cls].hits += hits_of(c, cls) / kHitStep;
     }
   }
+}
+
+size_t percpu_cached_bytes() {
+  size_t bytes = 0;
+  if (!g_percpu) return 0;
+  for (uint32_t c = 0; c < g_cpu_count; c++)
+    if (__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE))
+      for (unsigned cls = 1; cls < kMaxClasses; cls++) bytes += size_t{cached_of(c, cls)} * class_size(cls);
+  return bytes;
 }
 
 void percpu_remote_stats(RemoteNodeStats* out) {

@@ -145,15 +145,14 @@ unsigned current_shard();
 void percpu_drain_all();
 void percpu_drain_class(unsigned cls);
 
-// The decay tick, run every decay_tick_ms (config.h) by whichever slow path notices it is
-// due (cheap otherwise; also by the background thread): the depots' idle sheaves go
-// back to the slabs, CPU sheaves of classes unused since the last tick are drained
-// (idle capacity shrinks back) and those of classes in use emptied (capacity kept),
-// spare slabs go back, then g_decay_hook runs when set (the facade's deferred frees:
-// grace periods advance even in a program that stopped deferring), and the page
-// heap and the huge cache return what was free for decay_purge_age_ms.
-void decay_maybe_tick();
-extern void (*g_decay_hook)();
+// The decay tick's share of the CPU sheaves (decay.h): on every CPU, the classes
+// that neither missed nor served an allocation since the last tick are drained and
+// their capacity goes back to the budget (idle capacity shrinks; a class in use
+// regrows it by a batch per miss); the others are emptied and keep their capacity
+// (a busy class pays one refill per tick for it). Remote-node buffers are flushed.
+void percpu_decay_sheaves();
+// Bytes of objects in the CPUs' class sheaves (a racy sum).
+size_t percpu_cached_bytes();
 
 // The deferred-free sheaves (pushes go through percpu_push_one with kDeferSheaf).
 // Only used when rseq_fence_available(): a barrier must be able to empty them all.

@@ -3,6 +3,7 @@
 // pthread key's creation.
 #include "core/alloc/thread_cache.h"
 
+#include "core/alloc/decay.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"
 
@@ -139,7 +140,7 @@ void* thread_cache_alloc_slow(unsigned cls) {
   void* p = b.slots[--b.count];
   // The decay clock (and what hangs on it) runs on slow paths; p is taken first, as
   // the tick may free objects into this thread's bins.
-  if (tc->refills % 64 == 0) decay_maybe_tick();
+  if (tc->refills % 64 == 0) decay_notice();
   return p;
 }
 
@@ -148,7 +149,7 @@ void* thread_cache_alloc_tick(unsigned cls) {
   // once more, hence one hit less banked.
   banked_hits_[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
   void* p = thread_cache_alloc(cls);
-  decay_maybe_tick();  // after the pop, as in thread_cache_alloc_slow
+  decay_notice();  // after the pop, as in thread_cache_alloc_slow
   return p;
 }
 
@@ -167,6 +168,8 @@ void thread_cache_free_slow(void* p, unsigned cls) {
   if (b.count >= b.cap) {
     flush_bin(b, cls, b.cap / 2 ? b.cap / 2 : b.count, tc->shard);
     tc->flushes++;
+    bin_push(b, p);
+    return decay_notice();
   }
   bin_push(b, p);
 }
@@ -174,6 +177,13 @@ void thread_cache_free_slow(void* p, unsigned cls) {
 void thread_cache_flush_mine() {
   ThreadCache* tc = t_cache;
   if (tc != &g_empty_cache) flush_all(tc);
+}
+
+void thread_cache_decay(uint64_t ticks) {
+  ThreadCache* tc = t_cache;
+  if (tc == &g_empty_cache || tc->decay_ticks == ticks) return;
+  tc->decay_ticks = ticks;
+  flush_all(tc);
 }
 
 void thread_cache_counts(size_t counts[kMaxClasses], size_t* ncaches) {

@@ -55,6 +55,7 @@ struct ThreadCache {
   ThreadCache* next;
   uint64_t refills;
   uint64_t flushes;
+  uint64_t decay_ticks;  // the decay tick count when the bins were last given back
   unsigned shard;  // whose central lists refill the bins (shard.h)
 };
 
@@ -101,6 +102,10 @@ inline void thread_cache_free(void* p, unsigned cls) {
 
 // Flush every bin of the calling thread back to the central lists.
 void thread_cache_flush_mine();
+// The calling thread's share of the decay (decay_notice): its bins go back once per
+// decay tick (`ticks`: the ticks run so far). Only the owner can empty its bins, so
+// a thread that makes no call keeps what it cached until it calls again or exits.
+void thread_cache_decay(uint64_t ticks);
 
 // Sum of cached objects per class over all live caches (approximate while running).
 void thread_cache_counts(size_t counts[kMaxClasses], size_t* ncaches);

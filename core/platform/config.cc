@@ -85,7 +85,11 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
   } else if (key_is(k, klen, "membarrier")) {
     ok = parse_bool(v, vlen, &cfg.membarrier);
   } else if (key_is(k, klen, "background_thread")) {
-    ok = parse_bool(v, vlen, &cfg.background_thread);
+    bool on;
+    ok = true;
+    if (key_is(v, vlen, "auto")) cfg.background_thread = Config::Background::kAuto;
+    else if (parse_bool(v, vlen, &on)) cfg.background_thread = on ? Config::Background::kOn : Config::Background::kOff;
+    else ok = false;
   } else if (key_is(k, klen, "thp")) {
     ok = parse_bool(v, vlen, &cfg.thp);
   } else if (key_is(k, klen, "poison")) {

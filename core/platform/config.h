@@ -29,7 +29,11 @@ struct Config {
   bool stats_at_exit = false;   // print the stats table on stderr at exit
   uint64_t decay_ms = 10000;    // memory the program frees goes back to the OS within this
   bool membarrier = true;       // writers fence readers with membarrier (false: readers fence)
-  bool background_thread = false;  // a thread that returns memory and frees deferred objects
+  // The background thread (core/alloc/background.h), which returns memory and frees
+  // deferred objects with no call from the program: never, from the start, or (auto)
+  // from the first moment there is memory to give back.
+  enum class Background : uint8_t { kOff, kOn, kAuto };
+  Background background_thread = Background::kAuto;
   TopologySource topology = TopologySource::kAuto;
   bool thp = true;              // transparent huge pages for dense segments (page_heap.h)
   // Checking for debugging (both off by default). poison: freed small objects are

@@ -158,6 +158,11 @@ void futex_wait(const uint32_t* addr, uint32_t expected) {
   syscall6(SYS_futex, (long)addr, FUTEX_WAIT_PRIVATE, expected, 0);
 }
 
+void futex_wait_ms(const uint32_t* addr, uint32_t expected, uint64_t timeout_ms) {
+  struct timespec ts = {static_cast<time_t>(timeout_ms / 1000), static_cast<long>(timeout_ms % 1000) * 1000000};
+  syscall6(SYS_futex, (long)addr, FUTEX_WAIT_PRIVATE, expected, reinterpret_cast<long>(&ts));
+}
+
 void futex_wake(const uint32_t* addr, int count) {
   syscall6(SYS_futex, (long)addr, FUTEX_WAKE_PRIVATE, count);
 }

@@ -63,6 +63,8 @@ inline unsigned bit_count(uint64_t w) {
 }
 
 void futex_wait(const uint32_t* addr, uint32_t expected);
+// The same for at most timeout_ms (an interrupted or timed-out wait just returns).
+void futex_wait_ms(const uint32_t* addr, uint32_t expected, uint64_t timeout_ms);
 void futex_wake(const uint32_t* addr, int count);
 
 uint64_t now_ms();

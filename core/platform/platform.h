@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/platform/config.h"
+#include "core/platform/helper_thread.h"
 #include "core/platform/mutex.h"
 #include "core/platform/os.h"
 #include "core/platform/probe.h"

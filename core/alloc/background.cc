@@ -1,0 +1,193 @@
+// core/alloc/background.cc — the background thread's life and sleep; see
+// background.h for when it starts and how it sleeps.
+#include "core/alloc/background.h"
+
+#include "core/alloc/decay.h"
+#include "core/alloc/percpu.h"
+
+namespace uslab {
+
+constinit std::atomic<uint32_t> g_background_poke{0};
+
+namespace {
+
+constinit std::atomic<BackgroundState> state_{BackgroundState::kIdle};
+// 1 while the thread sleeps with no timeout (the futex word it waits on).
+constinit std::atomic<uint32_t> sleep_word_{0};
+constinit std::atomic<os::ThreadVeto> veto_{os::ThreadVeto::kNone};
+int error_ = 0;
+constinit std::atomic<uint64_t> started_ms_{0}, wakeups_{0}, sleeps_{0}, ticks_{0};
+
+// The coarse clock's resolution (a jiffy: 4 ms at HZ=250), and some.
+constexpr uint64_t kCoarseSlackMs = 5;
+
+uint32_t* futex_word() { return reinterpret_cast<uint32_t*>(&sleep_word_); }
+
+// Sleeps with no timeout unless the backlog shows work once the sleep is published.
+void sleep_until_woken() {
+  // Every CPU sheaf closed (they hold nothing now): the next allocation or free
+  // anywhere misses, and a miss wakes the thread.
+  percpu_drain_all();
+  sleep_word_.store(1, std::memory_order_seq_cst);
+  g_background_poke.fetch_or(kPokeWake, std::memory_order_seq_cst);
+  if (!decay_backlog().work) {
+    sleeps_.fetch_add(1, std::memory_order_relaxed);
+    while (sleep_word_.load(std::memory_order_acquire) == 1) os::futex_wait(futex_word(), 1);
+    // The waker's work gets its first tick a full interval from now: the tick would
+    // otherwise empty the sheaf of the class that has just refilled it.
+    decay_postpone_tick();
+  } else {
+    background_wake();  // take the sleep back
+  }
+}
+
+void* thread_main(void*) {
+  for (;;) {
+    uint64_t next = decay_next_tick_ms(), now = os::now_ms();
+    if (next != 0 && now >= next) {
+      decay_maybe_tick();
+      ticks_.fetch_add(1, std::memory_order_relaxed);
+    } else if (next == 0) {
+      decay_maybe_tick();  // starts the clock
+    }
+    if (decay_backlog().work) {
+      // Until the tick is due, by the coarse clock the tick reads (a few ms behind
+      // the futex's): woken earlier, the thread would find it not due yet.
+      next = decay_next_tick_ms();
+      now = os::now_ms();
+      os::futex_wait_ms(futex_word(), 0, (next > now ? next - now : 0) + kCoarseSlackMs);
+    } else {
+      sleep_until_woken();
+    }
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return nullptr;
+}
+
+bool configured() { return g_config.background_thread != Config::Background::kOff; }
+
+void start_now() {
+  int err = os::helper_thread_start(thread_main, "uslab-bg");
+  if (err) {
+    error_ = err;
+    state_.store(BackgroundState::kFailed, std::memory_order_release);
+    return;
+  }
+  started_ms_.store(os::now_ms(), std::memory_order_relaxed);
+  state_.store(BackgroundState::kRunning, std::memory_order_release);
+}
+
+// A wanted thread, started when this call may (helper_thread_veto); a call from
+// inside libc leaves it wanted for the next one.
+void try_start() {
+  BackgroundState s = BackgroundState::kWanted;
+  if (!state_.compare_exchange_strong(s, BackgroundState::kStarting, std::memory_order_acq_rel)) return;
+  os::ThreadVeto v = os::helper_thread_veto();
+  veto_.store(v, std::memory_order_relaxed);
+  if (v == os::ThreadVeto::kLibcCaller || v == os::ThreadVeto::kNotReady) {
+    state_.store(BackgroundState::kWanted, std::memory_order_release);
+    return;
+  }
+  g_background_poke.fetch_and(~kPokeStart, std::memory_order_relaxed);
+  if (v == os::ThreadVeto::kSeccomp) {  // a filter stays: no further tries
+    state_.store(BackgroundState::kFailed, std::memory_order_release);
+    return;
+  }
+  start_now();  // pthread_create allocates: try_start runs again inside, and returns above
+}
+
+}  // namespace
+
+BackgroundState background_state() { return state_.load(std::memory_order_acquire); }
+
+void background_init() {
+  config_init();
+  os::helper_thread_init();
+  if (g_config.background_thread != Config::Background::kOn) return;
+  BackgroundState s = BackgroundState::kIdle;
+  // The constructor runs with no lock held and outside any free: start at once.
+  if (state_.compare_exchange_strong(s, BackgroundState::kStarting)) start_now();
+}
+
+void background_want() {
+  if (state_.load(std::memory_order_relaxed) != BackgroundState::kIdle || !configured()) return;
+  BackgroundState s = BackgroundState::kIdle;
+  if (state_.compare_exchange_strong(s, BackgroundState::kWanted, std::memory_order_acq_rel))
+    g_background_poke.fetch_or(kPokeStart, std::memory_order_release);
+}
+
+void background_wake() {
+  if (sleep_word_.load(std::memory_order_seq_cst) != 1) return;
+  if (sleep_word_.exchange(0, std::memory_order_seq_cst) != 1) return;
+  g_background_poke.fetch_and(~kPokeWake, std::memory_order_relaxed);
+  os::futex_wake(futex_word(), 1);
+}
+
+void background_poke_slow() {
+  uint32_t p = g_background_poke.load(std::memory_order_acquire);
+  if (p & kPokeWake) background_wake();
+  if (p & kPokeStart) try_start();
+}
+
+BackgroundStats background_stats() {
+  BackgroundStats st{};
+  st.state = background_state();
+  st.veto = veto_.load(std::memory_order_relaxed);
+  st.error = error_;
+  st.started_ms = started_ms_.load(std::memory_order_relaxed);
+  st.wakeups = wakeups_.load(std::memory_order_relaxed);
+  st.sleeps = sleeps_.load(std::memory_order_relaxed);
+  st.ticks = ticks_.load(std::memory_order_relaxed);
+  st.sleeping = sleep_word_.load(std::memory_order_relaxed) == 1;
+  return st;
+}
+
+void background_describe(char* out, size_t cap) {
+  config_init();
+  BackgroundStats st = background_stats();
+  const char* mode = g_config.background_thread == Config::Background::kOn    ? "true"
+                     : g_config.background_thread == Config::Background::kOff ? "false"
+                                                                              : "auto";
+  switch (st.state) {
+    case BackgroundState::kIdle:
+      if (!configured())
+        os::format(out, cap, "background thread: off (background_thread=false): memory returns on allocator calls\n");
+      else
+        os::format(out, cap, "background thread: not started (background_thread=%s: nothing to give back yet)\n", mode);
+      return;
+    case BackgroundState::kWanted:
+    case BackgroundState::kStarting:
+      os::format(out, cap, "background thread: wanted, not started yet (last try: %s)\n",
+                 os::thread_veto_name(st.veto));
+      return;
+    case BackgroundState::kRunning:
+      os::format(out, cap,
+                 "background thread: running (background_thread=%s), %s; %zu ticks, %zu wake-ups, "
+                 "%zu sleeps with nothing to give back\n",
+                 mode, st.sleeping ? "asleep (nothing to give back)" : "ticking",
+                 static_cast<size_t>(st.ticks), static_cast<size_t>(st.wakeups),
+                 static_cast<size_t>(st.sleeps));
+      return;
+    case BackgroundState::kFailed:
+      if (st.veto == os::ThreadVeto::kSeccomp)
+        os::format(out, cap, "background thread: not started (%s): memory returns on allocator calls\n",
+                   os::thread_veto_name(st.veto));
+      else
+        os::format(out, cap, "background thread: could not be created (error %d): memory returns on "
+                   "allocator calls\n", st.error);
+      return;
+  }
+}
+
+void background_fork_child() {
+  sleep_word_.store(0, std::memory_order_relaxed);
+  g_background_poke.store(0, std::memory_order_relaxed);
+  wakeups_ = sleeps_ = ticks_ = started_ms_ = 0;
+  BackgroundState s = state_.load(std::memory_order_relaxed);
+  if (s == BackgroundState::kFailed) return;
+  state_.store(BackgroundState::kIdle, std::memory_order_relaxed);
+  // background_thread=true: the child's first slow path starts its own.
+  if (g_config.background_thread == Config::Background::kOn) background_want();
+}
+
+}  // namespace uslab

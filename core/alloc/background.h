@@ -1,0 +1,89 @@
+// core/alloc/background.h — the background thread: freed memory goes back to the OS
+// within decay_ms whatever the program does next, with no call from it.
+//
+// Owns: the thread's life (background_thread=auto|true|false, config.h) and its
+// sleep. With `auto` (the default) it is started lazily, at the first chance after
+// memory waits to be returned beyond kBackgroundStartBytes (a page heap's free
+// dirty pages, a freed huge block kept, or the backlog a decay tick sees): short
+// programs and programs that never free much get none, and a single-threaded program
+// stays single-threaded until then. `true` starts it in the library's constructor;
+// `false` never. A forked child has none until it too has memory to return.
+//
+// The thread ("uslab-bg", every signal blocked) runs the decay tick (decay.h) on
+// time while the backlog holds anything, sleeping between ticks, so while memory is
+// pending it wakes at most once per tick. With nothing left it closes the CPU
+// sheaves (so the next allocation or free anywhere misses) and sleeps on a futex
+// with no timeout: an idle process with nothing to give back gets no wake-ups. A slow
+// path that finds it asleep wakes it (background_poke, one load otherwise): every
+// sheaf miss, page-heap free, huge free, large call and deferred-free miss.
+//
+// Where the thread cannot be started (helper_thread.h: a call from inside libc, a
+// seccomp filter) the start is retried at a later chance; where pthread_create fails
+// (RLIMIT_NPROC, a full thread table) the process carries on with call-driven decay
+// and the statistics say why.
+//
+// Locking: the state and the sleep word are atomics. The sleeper publishes that it
+// sleeps, then reads the backlog under the layers' locks; a waker changes what it
+// frees under those locks, then reads the sleep word: one of the two sees the other.
+// background_want and background_wake may be called anywhere; background_poke
+// (which may start the thread: pthread_create allocates) only where decay_notice may.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/platform/helper_thread.h"
+
+namespace uslab {
+
+// Backlog at which `auto` starts the thread.
+constexpr size_t kBackgroundStartBytes = size_t{4} << 20;
+
+enum class BackgroundState : uint32_t {
+  kIdle,      // not started: nothing (enough) to give back yet, or background_thread=false
+  kWanted,    // to be started at the next chance (a slow path with no lock held)
+  kStarting,  // pthread_create in progress
+  kRunning,
+  kFailed,    // pthread_create failed: call-driven decay only
+};
+BackgroundState background_state();
+
+// The library's constructor: records what helper_thread_veto needs; with
+// background_thread=true, starts the thread.
+void background_init();
+// Memory waits to be returned beyond kBackgroundStartBytes: with `auto`, the thread
+// is started at the next chance.
+void background_want();
+// Wakes the thread if it sleeps with no timeout (something to give back appeared).
+void background_wake();
+
+// What the slow paths check on each call: bits of g_background_poke.
+constexpr uint32_t kPokeWake = 1;   // the thread sleeps with no timeout
+constexpr uint32_t kPokeStart = 2;  // the thread is wanted
+extern std::atomic<uint32_t> g_background_poke;
+void background_poke_slow();
+// Wakes the sleeping thread, or starts a wanted one when this call may.
+inline void background_poke() {
+  if (__builtin_expect(g_background_poke.load(std::memory_order_relaxed) != 0, 0))
+    background_poke_slow();
+}
+
+struct BackgroundStats {
+  BackgroundState state;
+  os::ThreadVeto veto;  // why the last try did not start it (kNone if none did not)
+  int error;            // pthread_create's error when kFailed
+  uint64_t started_ms;  // os::now_ms at the start (0: not started)
+  uint64_t wakeups;     // times the thread woke (a tick due, or woken)
+  uint64_t sleeps;      // times it slept with no timeout
+  uint64_t ticks;       // ticks it ran
+  bool sleeping;        // asleep with no timeout now
+};
+BackgroundStats background_stats();
+// One line describing the thread, for the statistics.
+void background_describe(char* out, size_t cap);
+
+// fork: the child has no thread (it starts one once it has memory to return).
+void background_fork_child();
+
+}  // namespace uslab

@@ -1,0 +1,79 @@
+// core/alloc/decay.cc — the decay tick and its backlog; see decay.h.
+#include "core/alloc/decay.h"
+
+#include <atomic>
+
+#include "core/alloc/background.h"
+#include "core/alloc/central.h"
+#include "core/alloc/depot.h"
+#include "core/alloc/huge_cache.h"
+#include "core/alloc/page_heap.h"
+#include "core/alloc/percpu.h"
+#include "core/alloc/thread_cache.h"
+
+namespace uslab {
+
+const DecayHooks* g_decay_hooks = nullptr;
+
+namespace {
+
+constinit std::atomic<uint64_t> next_tick_ms_{0};
+constinit std::atomic<uint64_t> ticks_{0};  // ticks run
+
+const DecayHooks* hooks() { return __atomic_load_n(&g_decay_hooks, __ATOMIC_ACQUIRE); }
+
+}  // namespace
+
+uint64_t decay_next_tick_ms() { return next_tick_ms_.load(std::memory_order_relaxed); }
+
+void decay_postpone_tick() {
+  next_tick_ms_.store(os::now_ms() + decay_tick_ms(), std::memory_order_relaxed);
+}
+
+void decay_maybe_tick() {
+  uint64_t now = os::now_ms();
+  uint64_t next = next_tick_ms_.load(std::memory_order_relaxed);
+  if (now < next) return;
+  if (!next_tick_ms_.compare_exchange_strong(next, now + decay_tick_ms(), std::memory_order_relaxed))
+    return;  // another thread runs this tick
+  if (next == 0) return;  // the first call only starts the clock
+  ticks_.fetch_add(1, std::memory_order_relaxed);
+  depot_decay_all();
+  percpu_decay_sheaves();
+  central_release_all_spares();
+  if (const DecayHooks* h = hooks()) h->tick();
+  page_heap_purge_all(false);  // pages free for decay_purge_age_ms, even if a heap saw no call since
+  huge_cache_purge(false);
+  // A program whose caches and free pages hold this much gets the thread even when
+  // no single heap crossed the mark (background_thread=auto).
+  if (background_state() == BackgroundState::kIdle && decay_backlog().bytes >= kBackgroundStartBytes)
+    background_want();
+}
+
+void decay_notice() {
+  decay_maybe_tick();
+  thread_cache_decay(ticks_.load(std::memory_order_relaxed));
+  background_poke();
+}
+
+DecayBacklog decay_backlog() {
+  DecayBacklog b{};
+  for (unsigned sh = 0; sh < shard_count(); sh++) {
+    size_t dirty;
+    b.work |= g_page_heap[sh].backlog(&dirty);
+    b.bytes += dirty;
+  }
+  b.bytes += huge_cache_bytes();
+  b.bytes += percpu_cached_bytes();
+  for (unsigned cls = 1; cls < kMaxClasses; cls++) {
+    b.bytes += depot_stats(cls).objects * class_size(cls);
+    b.bytes += central_stats(cls).spares * class_info(cls).slab_pages * kPageSize;
+  }
+  RemoteNodeStats rs;
+  percpu_remote_stats(&rs);
+  const DecayHooks* h = hooks();
+  b.work |= b.bytes > 0 || rs.pending > 0 || (h && h->pending() > 0);
+  return b;
+}
+
+}  // namespace uslab

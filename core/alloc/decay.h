@@ -1,0 +1,61 @@
+// core/alloc/decay.h — the decay clock: when freed memory goes back to the OS.
+//
+// Owns: the decay tick (every decay_tick_ms, config.h) and what it does, in order:
+// the depots' idle sheaves back to the slabs, the CPU sheaves trimmed
+// (percpu_decay_sheaves), spare slabs back, the facade's hook (deferred frees: grace
+// periods advance even in a program that stopped deferring), then the page heaps and
+// the huge cache return what was free for decay_purge_age_ms. Also the backlog:
+// what a tick could still give back, which the background thread (background.h)
+// sleeps on.
+//
+// Who runs the tick: whichever caller notices it is due. decay_notice is the one
+// entry the slow paths use: every 8th sheaf miss of a CPU and every carry of a
+// class's hit counter (4096 allocations), thread-cache refills, every large and huge
+// allocation, free and resize, the bulk and deferred slow paths; and the background
+// thread. A program that only makes large calls after a peak, or only hits its
+// caches, still reaches it; one that makes no call at all has the thread.
+//
+// Locking: the tick's clock is one atomic; a compare-and-swap picks the one thread
+// that runs a due tick, which takes each layer's locks in turn, one at a time.
+// decay_notice may start the background thread (pthread_create, which allocates), so
+// it is called with no lock of the heap held: only at the ends of slow paths (a
+// deferred free's slot lock may be held: the tick and the thread's start skip busy
+// slots and need none).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uslab {
+
+// The tick when it is due (one coarse clock read otherwise).
+void decay_maybe_tick();
+// When the next tick is due (os::now_ms); 0 before the clock started.
+uint64_t decay_next_tick_ms();
+// The next tick a whole interval from now (the background thread, woken from a sleep
+// with nothing to give back).
+void decay_postpone_tick();
+// The facade's share (deferred frees, set once they are in use): its part of the
+// tick, and how many objects still wait for one.
+struct DecayHooks {
+  void (*tick)();
+  size_t (*pending)();
+};
+extern const DecayHooks* g_decay_hooks;
+
+// A slow path's call: the tick when due, and the background thread woken if it
+// sleeps while there is work, or started when that is wanted (background.h).
+void decay_notice();
+
+// What a tick can still give back. `bytes`: resident memory the tick returns in
+// time (free dirty pages, objects in CPU sheaves and depots, spare slabs, freed huge
+// blocks kept for reuse). `work`: anything left for a tick at all (those, wholly free
+// segments to unmap, empty descriptor pages, remote-node buffers, deferred frees).
+// Racy by nature (the program runs on); exact once the program stops.
+struct DecayBacklog {
+  size_t bytes;
+  bool work;
+};
+DecayBacklog decay_backlog();
+
+}  // namespace uslab

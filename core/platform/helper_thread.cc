@@ -1,0 +1,157 @@
+// core/platform/helper_thread.cc — the caller test and the creation of the
+// allocator's own thread; see helper_thread.h.
+#include "core/platform/helper_thread.h"
+
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/auxv.h>
+#include <sys/prctl.h>
+
+#include <cstring>
+
+#include "core/platform/os.h"
+
+namespace uslab::os {
+
+namespace {
+
+struct Range {
+  uintptr_t lo, hi;
+};
+constexpr unsigned kMaxRanges = 8;
+
+// Written once by helper_thread_init (the constructor, before any other thread of
+// the program can be in the allocator's slow paths that read them), read-only after.
+Range self_[kMaxRanges], libc_[kMaxRanges];
+unsigned nself_ = 0, nlibc_ = 0;
+bool ready_ = false;
+
+bool in(const Range* r, unsigned n, uintptr_t a) {
+  for (unsigned i = 0; i < n; i++)
+    if (a >= r[i].lo && a < r[i].hi) return true;
+  return false;
+}
+
+// The objects whose code calls malloc and free under glibc's stack-cache lock:
+// libc (glibc 2.34 on), libpthread (before) and the dynamic linker, by file name, or
+// for the linker also by its load base (AT_BASE).
+bool is_libc_object(const dl_phdr_info* info) {
+  uintptr_t interp = getauxval(AT_BASE);
+  if (interp && info->dlpi_addr == interp) return true;
+  const char* name = info->dlpi_name ? info->dlpi_name : "";
+  const char* base = strrchr(name, '/');
+  base = base ? base + 1 : name;
+  return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libpthread.so", 13) == 0 ||
+         strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "ld64.so", 7) == 0 ||
+         strncmp(base, "ld.so", 5) == 0;
+}
+
+int record_object(dl_phdr_info* info, size_t, void*) {
+  uintptr_t me = reinterpret_cast<uintptr_t>(&record_object);
+  Range text[kMaxRanges];
+  unsigned n = 0;
+  bool mine = false;
+  for (int i = 0; i < info->dlpi_phnum && n < kMaxRanges; i++) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+    text[n] = Range{info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz};
+    mine |= me >= text[n].lo && me < text[n].hi;
+    n++;
+  }
+  Range* dst = mine ? self_ : is_libc_object(info) ? libc_ : nullptr;
+  unsigned* count = mine ? &nself_ : &nlibc_;
+  for (unsigned i = 0; dst && i < n && *count < kMaxRanges; i++) dst[(*count)++] = text[i];
+  return 0;
+}
+
+// The first return address outside this library on the way up from here, or 0 when
+// the frame chain looks broken. Only this library's frames are read: each was laid
+// down by its code (frame pointers), the caller's never is.
+__attribute__((noinline)) uintptr_t first_foreign_return() {
+  auto* fp = static_cast<uintptr_t*>(__builtin_frame_address(0));
+  for (int depth = 0; depth < 64; depth++) {
+    uintptr_t ret = fp[1];
+    if (!in(self_, nself_, ret)) return ret;
+    auto* next = reinterpret_cast<uintptr_t*>(fp[0]);
+    // Frames grow towards higher addresses as we go up, by less than a stack.
+    if (next <= fp || reinterpret_cast<uintptr_t>(next) - reinterpret_cast<uintptr_t>(fp) > (8u << 20) ||
+        (reinterpret_cast<uintptr_t>(next) & 7))
+      return 0;
+    fp = next;
+  }
+  return 0;
+}
+
+// Whether a seccomp filter is in force on this thread (the Seccomp line of its
+// status); an unreadable status counts as filtered (a sandbox may refuse the open).
+bool seccomp_filtered() {
+  char buf[4096];
+  long n = read_file("/proc/thread-self/status", buf, sizeof buf - 1);
+  if (n <= 0) return true;
+  buf[n] = 0;
+  const char* s = strstr(buf, "\nSeccomp:");
+  if (!s) return false;  // a kernel without seccomp
+  s += 9;
+  while (*s == ' ' || *s == '\t') s++;
+  return *s != '0';
+}
+
+void* (*g_body)(void*) = nullptr;
+char g_name[16];
+
+void* trampoline(void*) {
+  prctl(PR_SET_NAME, reinterpret_cast<unsigned long>(g_name), 0, 0, 0);
+  return g_body(nullptr);
+}
+
+}  // namespace
+
+void helper_thread_init() {
+  if (ready_) return;
+  dl_iterate_phdr(record_object, nullptr);
+  ready_ = nself_ > 0;
+}
+
+bool in_libc_text(uintptr_t addr) { return in(libc_, nlibc_, addr); }
+
+ThreadVeto helper_thread_veto() {
+  if (!ready_) return ThreadVeto::kNotReady;
+  uintptr_t ret = first_foreign_return();
+  if (ret == 0 || in_libc_text(ret)) return ThreadVeto::kLibcCaller;
+  if (seccomp_filtered()) return ThreadVeto::kSeccomp;
+  return ThreadVeto::kNone;
+}
+
+const char* thread_veto_name(ThreadVeto v) {
+  switch (v) {
+    case ThreadVeto::kNone: return "none";
+    case ThreadVeto::kNotReady: return "before the library's constructor";
+    case ThreadVeto::kLibcCaller: return "called from inside libc";
+    case ThreadVeto::kSeccomp: return "a seccomp filter is in force";
+  }
+  return "?";
+}
+
+int helper_thread_start(void* (*fn)(void*), const char* name) {
+  g_body = fn;
+  size_t n = strlen(name);
+  if (n > sizeof g_name - 1) n = sizeof g_name - 1;
+  memcpy(g_name, name, n);
+  g_name[n] = 0;
+  // The thread takes no signal meant for the program: it inherits this mask.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 << 10);
+  pthread_t t;
+  int err = pthread_create(&t, &attr, trampoline, nullptr);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return err;
+}
+
+}  // namespace uslab::os
