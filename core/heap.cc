@@ -498,6 +498,13 @@ Stats stats() {
   percpu_remote_stats(&rs);
   for (unsigned n = 0; n < kTopoMaxNodes; n++) st.remote_node_frees += rs.received[n];
   st.remote_node_pending = rs.pending;
+  switch (background_state()) {  // as uslab.h numbers them
+    case BackgroundState::kIdle: st.background = 0; break;
+    case BackgroundState::kWanted:
+    case BackgroundState::kStarting: st.background = 1; break;
+    case BackgroundState::kRunning: st.background = 2; break;
+    case BackgroundState::kFailed: st.background = 3; break;
+  }
   return st;
 }
 

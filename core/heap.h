@@ -140,6 +140,7 @@ struct Stats {
   unsigned nodes;         // NUMA nodes of the topology in use
   uint64_t remote_node_frees;   // objects flushed to their node from CPUs of other nodes
   size_t remote_node_pending;   // objects waiting in the CPUs' remote-node buffers
+  unsigned background;          // USLAB_BACKGROUND_* (uslab.h)
   size_t cached() const { return cpu_cached + depot_cached + thread_cached; }
 };
 Stats stats();

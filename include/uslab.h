@@ -44,7 +44,15 @@ typedef struct uslab_stats {
   unsigned long long remote_node_frees; /* objects freed on a CPU of another node than
                                            theirs, flushed back to their node so far */
   size_t remote_node_pending;  /* such objects still in the CPUs' remote-node buffers */
+  unsigned background;         /* USLAB_BACKGROUND_* below: the background thread */
 } uslab_stats_t;
+
+#define USLAB_BACKGROUND_NONE 0    /* not started: nothing to give back yet (or =false) */
+#define USLAB_BACKGROUND_WANTED 1  /* to be started at the allocator's next call from
+                                      outside libc */
+#define USLAB_BACKGROUND_RUNNING 2
+#define USLAB_BACKGROUND_FAILED 3  /* could not be started (pthread_create failed, or a
+                                      seccomp filter): memory returns on allocator calls */
 
 #define USLAB_MODE_PER_THREAD 0   /* per-thread caches */
 #define USLAB_MODE_PERCPU_GLIBC 1 /* per-CPU sheaves, glibc's rseq registration */

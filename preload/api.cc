@@ -47,6 +47,7 @@ USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
   s.nodes = st.nodes;
   s.remote_node_frees = st.remote_node_frees;
   s.remote_node_pending = st.remote_node_pending;
+  s.background = st.background;
   memcpy(out, &s, size);
   return 0;
 }

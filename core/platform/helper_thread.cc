@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/auxv.h>
-#include <sys/prctl.h>
 
 #include <cstring>
 
@@ -97,14 +96,6 @@ bool seccomp_filtered() {
   return *s != '0';
 }
 
-void* (*g_body)(void*) = nullptr;
-char g_name[16];
-
-void* trampoline(void*) {
-  prctl(PR_SET_NAME, reinterpret_cast<unsigned long>(g_name), 0, 0, 0);
-  return g_body(nullptr);
-}
-
 }  // namespace
 
 void helper_thread_init() {
@@ -134,11 +125,6 @@ const char* thread_veto_name(ThreadVeto v) {
 }
 
 int helper_thread_start(void* (*fn)(void*), const char* name) {
-  g_body = fn;
-  size_t n = strlen(name);
-  if (n > sizeof g_name - 1) n = sizeof g_name - 1;
-  memcpy(g_name, name, n);
-  g_name[n] = 0;
   // The thread takes no signal meant for the program: it inherits this mask.
   sigset_t all, old;
   sigfillset(&all);
@@ -148,9 +134,11 @@ int helper_thread_start(void* (*fn)(void*), const char* name) {
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, 64 << 10);
   pthread_t t;
-  int err = pthread_create(&t, &attr, trampoline, nullptr);
+  int err = pthread_create(&t, &attr, fn, nullptr);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  // Named from here, so that it has its name by the time anyone can see it.
+  if (!err) pthread_setname_np(t, name);
   return err;
 }
 
