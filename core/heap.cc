@@ -442,6 +442,30 @@ size_t trim() {
   return page_heap_purge_all(true) + huge_cache_purge(true);
 }
 
+void decay_now() {
+  config_init();
+  thread_cache_flush_mine();  // the caller's share, as a tick it runs takes it (decay.h)
+  decay_tick_now();
+}
+
+uint64_t decay_ms() {
+  config_init();
+  return __atomic_load_n(&g_config.decay_ms, __ATOMIC_RELAXED);
+}
+
+void set_decay_ms(uint64_t ms) {
+  config_init();
+  __atomic_store_n(&g_config.decay_ms, ms < kDecayNever ? ms : kDecayNever, __ATOMIC_RELAXED);
+  decay_postpone_tick();  // the next tick on the new schedule
+}
+
+bool background_configured() {
+  config_init();
+  return g_config.background_thread != Config::Background::kOff;
+}
+
+void set_background(bool on) { background_enable(on); }
+
 namespace {
 
 // Objects of each class held in the caches in front of the slabs (racy sums).

@@ -114,6 +114,16 @@ inline bool owns(const void* p) { return PageMap::entry(p) != 0; }
 // malloc_trim: flush this thread's cache and every CPU's sheaves, release spare
 // slabs, purge free pages.
 size_t trim();
+// jemalloc's arena.<i>.decay: a decay tick now (what stayed unused for its time goes back).
+void decay_now();
+// decay_ms now, and a new value (jemalloc's dirty_decay_ms; kDecayNever: never).
+constexpr uint64_t kDecayNever = UINT64_MAX / 4;
+uint64_t decay_ms();
+void set_decay_ms(uint64_t ms);
+// The background thread, as jemalloc's background_thread mallctl: whether the option
+// asks for it (auto or true); start or stop it.
+bool background_configured();
+void set_background(bool on);
 // Flush the calling thread's cache (per-thread mode; nothing to do per CPU).
 void flush_thread_cache();
 
@@ -162,8 +172,10 @@ void init();
 // Whether USLAB_STATS / stats=1 asked for a report at exit.
 bool stats_at_exit();
 
-// The system page (valloc/pvalloc alignment).
+// The system page (valloc/pvalloc alignment), and uslab's own (large objects are
+// whole pages of it).
 constexpr size_t kSystemPage = os::kOsPage;
+constexpr size_t kPage = kPageSize;
 
 // Prints a message on stderr and aborts; allocates nothing.
 [[noreturn]] void die(const char* message);

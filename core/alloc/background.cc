@@ -23,6 +23,10 @@ constexpr uint64_t kCoarseSlackMs = 5;
 
 uint32_t* futex_word() { return reinterpret_cast<uint32_t*>(&sleep_word_); }
 
+bool configured() {
+  return __atomic_load_n(&g_config.background_thread, __ATOMIC_RELAXED) != Config::Background::kOff;
+}
+
 // Sleeps with no timeout unless the backlog shows work once the sleep is published.
 void sleep_until_woken() {
   // Every CPU sheaf closed (they hold nothing now): the next allocation or free
@@ -43,6 +47,10 @@ void sleep_until_woken() {
 
 void* thread_main(void*) {
   for (;;) {
+    if (!configured()) {  // turned off (background_enable): the thread ends
+      state_.store(BackgroundState::kIdle, std::memory_order_release);
+      return nullptr;
+    }
     uint64_t next = decay_next_tick_ms(), now = os::now_ms();
     if (next != 0 && now >= next) {
       decay_maybe_tick();
@@ -64,8 +72,6 @@ void* thread_main(void*) {
   return nullptr;
 }
 
-bool configured() { return g_config.background_thread != Config::Background::kOff; }
-
 void start_now() {
   int err = os::helper_thread_start(thread_main, "uslab-bg");
   if (err) {
@@ -74,7 +80,9 @@ void start_now() {
     return;
   }
   started_ms_.store(os::now_ms(), std::memory_order_relaxed);
-  state_.store(BackgroundState::kRunning, std::memory_order_release);
+  // Unless the thread already ended (turned off meanwhile: it set kIdle).
+  BackgroundState s = BackgroundState::kStarting;
+  state_.compare_exchange_strong(s, BackgroundState::kRunning, std::memory_order_acq_rel);
 }
 
 // A wanted thread, started when this call may (helper_thread_veto); a call from
@@ -176,6 +184,28 @@ void background_describe(char* out, size_t cap) {
         os::format(out, cap, "background thread: could not be created (error %d): memory returns on "
                    "allocator calls\n", st.error);
       return;
+  }
+}
+
+void background_enable(bool on) {
+  config_init();
+  __atomic_store_n(&g_config.background_thread, on ? Config::Background::kOn : Config::Background::kOff,
+                   __ATOMIC_RELEASE);
+  if (on) {
+    g_background_poke.fetch_and(~kPokeStart, std::memory_order_relaxed);
+    for (BackgroundState s : {BackgroundState::kIdle, BackgroundState::kWanted, BackgroundState::kFailed})
+      if (state_.compare_exchange_strong(s, BackgroundState::kStarting)) return start_now();
+    return;
+  }
+  // The thread sees the option at its next wake-up: wake it whether it sleeps with
+  // a timeout or without, then wait for it to end.
+  g_background_poke.fetch_and(~(kPokeStart | kPokeWake), std::memory_order_relaxed);
+  BackgroundState s = BackgroundState::kWanted;
+  state_.compare_exchange_strong(s, BackgroundState::kIdle);
+  while (state_.load(std::memory_order_acquire) == BackgroundState::kRunning) {
+    sleep_word_.store(0, std::memory_order_seq_cst);
+    os::futex_wake(futex_word(), 1);
+    os::sleep_ns(1000000);
   }
 }
 

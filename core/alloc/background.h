@@ -83,6 +83,11 @@ BackgroundStats background_stats();
 // One line describing the thread, for the statistics.
 void background_describe(char* out, size_t cap);
 
+// jemalloc's background_thread mallctl: on (background_thread=true from now: the
+// thread started now, from the caller, which must hold no allocator lock) or off
+// (=false from now: a running thread ends; returns once it has).
+void background_enable(bool on);
+
 // fork: the child has no thread (it starts one once it has memory to return).
 void background_fork_child();
 

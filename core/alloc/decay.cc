@@ -30,13 +30,9 @@ void decay_postpone_tick() {
   next_tick_ms_.store(os::now_ms() + decay_tick_ms(), std::memory_order_relaxed);
 }
 
-void decay_maybe_tick() {
-  uint64_t now = os::now_ms();
-  uint64_t next = next_tick_ms_.load(std::memory_order_relaxed);
-  if (now < next) return;
-  if (!next_tick_ms_.compare_exchange_strong(next, now + decay_tick_ms(), std::memory_order_relaxed))
-    return;  // another thread runs this tick
-  if (next == 0) return;  // the first call only starts the clock
+namespace {
+
+void run_tick() {
   ticks_.fetch_add(1, std::memory_order_relaxed);
   depot_decay_all();
   percpu_decay_sheaves();
@@ -48,6 +44,23 @@ void decay_maybe_tick() {
   // no single heap crossed the mark (background_thread=auto).
   if (background_state() == BackgroundState::kIdle && decay_backlog().bytes >= kBackgroundStartBytes)
     background_want();
+}
+
+}  // namespace
+
+void decay_maybe_tick() {
+  uint64_t now = os::now_ms();
+  uint64_t next = next_tick_ms_.load(std::memory_order_relaxed);
+  if (now < next) return;
+  if (!next_tick_ms_.compare_exchange_strong(next, now + decay_tick_ms(), std::memory_order_relaxed))
+    return;  // another thread runs this tick
+  if (next == 0) return;  // the first call only starts the clock
+  run_tick();
+}
+
+void decay_tick_now() {
+  next_tick_ms_.store(os::now_ms() + decay_tick_ms(), std::memory_order_relaxed);
+  run_tick();
 }
 
 void decay_notice() {

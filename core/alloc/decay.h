@@ -30,6 +30,8 @@ namespace uslab {
 
 // The tick when it is due (one coarse clock read otherwise).
 void decay_maybe_tick();
+// A tick now (jemalloc's arena.<i>.decay), the next one a whole interval later.
+void decay_tick_now();
 // When the next tick is due (os::now_ms); 0 before the clock started.
 uint64_t decay_next_tick_ms();
 // The next tick a whole interval from now (the background thread, woken from a sleep

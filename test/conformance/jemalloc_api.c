@@ -6,8 +6,12 @@
  * usage: jemalloc_api */
 #include <errno.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <strings.h>
+#include <sys/types.h>
+#include <time.h>
 
+#include "bench/proc_self.h"
 #include "test/common/check.h"
 
 /* jemalloc's flag encoding (jemalloc.h). */
@@ -145,10 +149,123 @@ static void test_mallctl(void) {
   CHECK(mallctl("stats.allocated", NULL, NULL, &after, sizeof after) == EPERM);
 }
 
+/* A peak of ~25 MB of small objects, freed: the pages stay resident for decay_ms. */
+static void peak_and_free(void) {
+  enum { kObjects = 100000 };
+  static void *objs[kObjects];
+  for (int i = 0; i < kObjects; i++) {
+    objs[i] = malloc(16 + i % 497);
+    if (objs[i]) memset(objs[i], 1, 16 + i % 497);
+  }
+  for (int i = 0; i < kObjects; i++) free(objs[(size_t)i * 7919 % kObjects]);
+}
+
+static long ctl_long(const char *name, size_t width) {
+  long long v = 0;
+  size_t len = width;
+  CHECK(mallctl(name, &v, &len, NULL, 0) == 0);
+  return width == 4 ? (long)*(int *)&v : (long)v;
+}
+
+static void test_purge_names(void) {
+  /* The program's own level first (the objs array of peak_and_free is resident). */
+  peak_and_free();
+  CHECK(mallctl("arena.0.purge", NULL, NULL, NULL, 0) == 0);
+  long before = rss_kib();
+  /* As redis does after FLUSHALL: the purge index is arenas.narenas ("all"). */
+  peak_and_free();
+  long peak = rss_kib();
+  unsigned narenas = 0;
+  size_t len = sizeof narenas;
+  CHECK(mallctl("arenas.narenas", &narenas, &len, NULL, 0) == 0 && narenas == 1);
+  char name[64];
+  snprintf(name, sizeof name, "arena.%u.purge", narenas);
+  CHECK(mallctl(name, NULL, NULL, NULL, 0) == 0);
+  long after = rss_kib();
+  printf("jemalloc_api: %s after a freed peak: RSS %ld -> %ld KiB (before the peak %ld)\n", name,
+         peak, after, before);
+  CHECK(peak > before + 16 * 1024);
+  CHECK(after <= before + 2048); /* at once: decay_ms is 10 s */
+  CHECK(mallctl("arena.4096.purge", NULL, NULL, NULL, 0) == 0); /* MALLCTL_ARENAS_ALL */
+  CHECK(mallctl("arena.2.purge", NULL, NULL, NULL, 0) == ENOENT); /* no such arena */
+  CHECK(mallctl("arena.0.purge", &narenas, &len, NULL, 0) == EPERM); /* takes no value */
+  CHECK(mallctl("arena.0.nonsense", NULL, NULL, NULL, 0) == ENOENT);
+
+  /* Decay times: dirty_decay_ms is uslab's decay_ms; -1 is never; no muzzy state. */
+  ssize_t decay = 0, want;
+  len = sizeof decay;
+  CHECK(mallctl("arenas.dirty_decay_ms", &decay, &len, NULL, 0) == 0 && decay == 10000);
+  CHECK(mallctl("opt.dirty_decay_ms", &decay, &len, NULL, 0) == 0 && decay == 10000);
+  want = 5000;
+  CHECK(mallctl("arenas.dirty_decay_ms", &decay, &len, &want, sizeof want) == 0 && decay == 10000);
+  CHECK(mallctl("arena.0.dirty_decay_ms", &decay, &len, NULL, 0) == 0 && decay == 5000);
+  want = -1;
+  CHECK(mallctl("arena.0.dirty_decay_ms", NULL, NULL, &want, sizeof want) == 0);
+  CHECK(mallctl("arenas.dirty_decay_ms", &decay, &len, NULL, 0) == 0 && decay == -1);
+  want = -2;
+  CHECK(mallctl("arenas.dirty_decay_ms", NULL, NULL, &want, sizeof want) == EFAULT);
+  int narrow = 0;
+  CHECK(mallctl("arenas.dirty_decay_ms", NULL, NULL, &narrow, sizeof narrow) == EINVAL);
+  CHECK(mallctl("opt.dirty_decay_ms", &decay, &len, NULL, 0) == 0 && decay == 10000);
+  CHECK(mallctl("opt.dirty_decay_ms", NULL, NULL, &want, sizeof want) == EPERM);
+  CHECK(mallctl("arenas.muzzy_decay_ms", &decay, &len, NULL, 0) == 0 && decay == 0);
+  CHECK(mallctl("opt.muzzy_decay_ms", &decay, &len, NULL, 0) == 0 && decay == 0);
+  want = 0;
+  CHECK(mallctl("arena.0.muzzy_decay_ms", NULL, NULL, &want, sizeof want) == 0);
+
+  /* arena.<i>.decay returns what stayed unused for the decay time: with 0, all. */
+  want = 0;
+  CHECK(mallctl("arenas.dirty_decay_ms", NULL, NULL, &want, sizeof want) == 0);
+  peak_and_free();
+  peak = rss_kib();
+  CHECK(mallctl("arena.1.decay", NULL, NULL, NULL, 0) == 0);
+  struct timespec ms = {0, 2000000};
+  nanosleep(&ms, NULL); /* pages freed within the coarse clock's last jiffy age by then */
+  CHECK(mallctl("arena.0.decay", NULL, NULL, NULL, 0) == 0);
+  after = rss_kib();
+  printf("jemalloc_api: arena.<i>.decay with dirty_decay_ms 0: RSS %ld -> %ld KiB\n", peak, after);
+  CHECK(after <= before + 2048);
+  want = 10000;
+  CHECK(mallctl("arenas.dirty_decay_ms", NULL, NULL, &want, sizeof want) == 0);
+
+  /* One arena, and uslab's page (large objects are whole pages of it). */
+  CHECK(ctl_long("opt.narenas", sizeof(unsigned)) == 1);
+  size_t page = 0;
+  len = sizeof page;
+  CHECK(mallctl("arenas.page", &page, &len, NULL, 0) == 0);
+  CHECK(page >= 4096 && (page & (page - 1)) == 0);
+  CHECK(mallctl("arenas.page", NULL, NULL, &page, sizeof page) == EPERM);
+  size_t threads = 0;
+  CHECK(mallctl("max_background_threads", &threads, &len, NULL, 0) == 0 && threads == 1);
+  threads = 0;
+  CHECK(mallctl("max_background_threads", NULL, NULL, &threads, sizeof threads) == EINVAL);
+}
+
+/* background_thread: true by default (auto: memory comes back with no call); false
+ * stops a running thread, true starts one at once. */
+static void test_background_names(void) {
+  bool on = false, off = false;
+  size_t len = sizeof on;
+  CHECK(mallctl("opt.background_thread", &on, &len, NULL, 0) == 0 && on);
+  CHECK(mallctl("background_thread", &on, &len, NULL, 0) == 0 && on);
+  peak_and_free(); /* the thread starts (if it had not) */
+  CHECK(find_thread("uslab-bg") != 0);
+  CHECK(mallctl("background_thread", &on, &len, &off, sizeof off) == 0 && on);
+  CHECK(find_thread("uslab-bg") == 0);
+  CHECK(thread_count() == 1);
+  CHECK(mallctl("background_thread", &on, &len, NULL, 0) == 0 && !on);
+  on = true;
+  CHECK(mallctl("background_thread", NULL, NULL, &on, sizeof on) == 0);
+  CHECK(find_thread("uslab-bg") != 0);
+  CHECK(mallctl("opt.background_thread", &on, &len, NULL, 0) == 0 && on);
+}
+
 int main(void) {
   require_uslab();
   test_allocx();
   test_rallocx_xallocx();
   test_mallctl();
+  test_purge_names();
+  test_background_names();
   return check_done("jemalloc_api");
 }

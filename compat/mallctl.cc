@@ -1,0 +1,227 @@
+// compat/mallctl.cc — jemalloc's mallctl, for the names programs written for jemalloc
+// use to read statistics and to ask for memory back (the README lists them).
+//
+// Programs that run on jemalloc purge explicitly (redis after FLUSHALL reads
+// arenas.narenas, then calls arena.<narenas>.purge); under uslab those calls must
+// reach the heap. Semantics follow jemalloc's manual: a value of the wrong length is
+// EINVAL (the first bytes are copied out), a write to a read-only name EPERM, a name
+// that takes no value given one EPERM, an unknown name or arena index ENOENT, a bad
+// decay time EFAULT; a read and a write in one call return the old value. uslab has
+// one arena (arenas.narenas is 1): arena.0, arena.1 (jemalloc's deprecated "all"
+// index, narenas) and arena.4096 (MALLCTL_ARENAS_ALL) all name it.
+//
+// Locking: g_ctl_lock serialises mallctl calls (the epoch and the statistics
+// snapshot); the heap calls take their own locks after it.
+#include <sys/types.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/heap.h"
+#include "preload/export.h"
+
+using namespace uslab;
+
+namespace {
+
+constexpr unsigned kArenas = 1;
+constexpr unsigned kArenasAll = 4096;  // MALLCTL_ARENAS_ALL
+
+// One mallctl call's buffers.
+struct Call {
+  void* oldp;
+  size_t* oldlenp;
+  void* newp;
+  size_t newlen;
+
+  bool reads() const { return oldp && oldlenp; }
+  bool writes() const { return newp != nullptr || newlen != 0; }
+
+  // Copies value out (EINVAL when the caller's length differs: the first bytes only).
+  template <typename T>
+  int read(T value) const {
+    if (!reads()) return 0;
+    if (*oldlenp != sizeof(T)) {
+      size_t n = *oldlenp < sizeof(T) ? *oldlenp : sizeof(T);
+      memcpy(oldp, &value, n);
+      *oldlenp = n;
+      return EINVAL;
+    }
+    memcpy(oldp, &value, sizeof(T));
+    return 0;
+  }
+  // The value written (EINVAL when its length differs).
+  template <typename T>
+  int written(T* out) const {
+    if (!newp || newlen != sizeof(T)) return EINVAL;
+    memcpy(out, newp, sizeof(T));
+    return 0;
+  }
+  template <typename T>
+  int read_only(T value) const {
+    return writes() ? EPERM : read(value);
+  }
+  int neither() const { return oldp || oldlenp || writes() ? EPERM : 0; }
+};
+
+// The epoch and the stats.* values as of its last write.
+constinit Mutex g_ctl_lock;
+uint64_t g_epoch = 1;
+heap::Stats g_snapshot;
+bool g_have_snapshot = false;
+// The options as the process started (opt.*), before any write here.
+uint64_t g_opt_decay_ms = 0;
+bool g_opt_background = false;
+
+const heap::Stats& snapshot() {
+  if (!g_have_snapshot) {
+    g_snapshot = heap::stats();
+    g_have_snapshot = true;
+  }
+  return g_snapshot;
+}
+
+ssize_t decay_as_jemalloc(uint64_t ms) {
+  return ms >= heap::kDecayNever ? -1 : static_cast<ssize_t>(ms);
+}
+
+// Reads, then writes, a decay time in jemalloc's terms (-1: never).
+int decay_ctl(const Call& c) {
+  ssize_t old = decay_as_jemalloc(heap::decay_ms()), want = 0;
+  if (c.writes()) {
+    if (int err = c.written(&want)) return err;
+    if (want < -1) return EFAULT;
+  }
+  if (int err = c.read(old)) return err;
+  if (c.writes()) heap::set_decay_ms(want == -1 ? heap::kDecayNever : static_cast<uint64_t>(want));
+  return 0;
+}
+
+// uslab has no muzzy state (free pages go straight back with MADV_DONTNEED): 0, and
+// valid writes are accepted and change nothing.
+int muzzy_ctl(const Call& c) {
+  ssize_t want = 0;
+  if (c.writes()) {
+    if (int err = c.written(&want)) return err;
+    if (want < -1) return EFAULT;
+  }
+  return c.read(ssize_t{0});
+}
+
+// Whether memory comes back with no call (auto or true), as jemalloc reports whether
+// background threads are enabled; writing starts (true) or stops (false) the thread.
+int background_ctl(const Call& c) {
+  bool old = heap::background_configured(), want = false;
+  if (c.writes())
+    if (int err = c.written(&want)) return err;
+  if (int err = c.read(old)) return err;
+  if (c.writes()) heap::set_background(want);
+  return 0;
+}
+
+// "arena.<i>.<rest>" with i naming uslab's arena: rest (nullptr otherwise); *bad_index
+// when the name is of that form with an index that names no arena.
+const char* arena_name(const char* name, bool* bad_index) {
+  *bad_index = false;
+  if (strncmp(name, "arena.", 6) != 0) return nullptr;
+  const char* p = name + 6;
+  if (*p < '0' || *p > '9') return nullptr;
+  char* end;
+  unsigned long i = strtoul(p, &end, 10);
+  if (*end != '.') return nullptr;
+  *bad_index = i > kArenas && i != kArenasAll;
+  return end + 1;
+}
+
+int arena_ctl(const char* rest, const Call& c) {
+  if (!strcmp(rest, "purge")) {
+    if (int err = c.neither()) return err;
+    heap::trim();
+    return 0;
+  }
+  if (!strcmp(rest, "decay")) {
+    if (int err = c.neither()) return err;
+    heap::decay_now();
+    return 0;
+  }
+  if (!strcmp(rest, "dirty_decay_ms")) return decay_ctl(c);
+  if (!strcmp(rest, "muzzy_decay_ms")) return muzzy_ctl(c);
+  return ENOENT;
+}
+
+int stats_ctl(const char* name, const Call& c) {
+  const heap::Stats& st = snapshot();
+  size_t value;
+  if (!strcmp(name, "stats.allocated"))
+    value = st.allocated;
+  else if (!strcmp(name, "stats.active"))
+    value = st.active;
+  else if (!strcmp(name, "stats.metadata"))
+    value = st.metadata;
+  else if (!strcmp(name, "stats.resident"))
+    value = st.resident;
+  else if (!strcmp(name, "stats.mapped"))
+    value = st.mapped;
+  else if (!strcmp(name, "stats.retained"))
+    value = 0;  // uslab unmaps what it does not keep
+  else
+    return ENOENT;
+  return c.read_only(value);
+}
+
+int ctl(const char* name, const Call& c) {
+  auto is = [name](const char* n) { return strcmp(name, n) == 0; };
+  if (is("epoch")) {
+    uint64_t old = g_epoch;
+    if (c.writes()) {
+      uint64_t ignored;
+      if (int err = c.written(&ignored)) return err;
+      g_epoch++;
+      g_snapshot = heap::stats();
+      g_have_snapshot = true;
+    }
+    return c.read(c.writes() ? g_epoch : old);
+  }
+  if (is("version")) return c.read_only(static_cast<const char*>("uslab-0.1.0"));
+  if (is("thread.tcache.flush")) {
+    if (int err = c.neither()) return err;
+    heap::flush_thread_cache();
+    return 0;
+  }
+  bool bad_index;
+  if (const char* rest = arena_name(name, &bad_index)) return bad_index ? ENOENT : arena_ctl(rest, c);
+  if (is("arenas.narenas") || is("opt.narenas")) return c.read_only(kArenas);
+  if (is("arenas.page")) return c.read_only(heap::kPage);
+  if (is("arenas.dirty_decay_ms")) return decay_ctl(c);
+  if (is("arenas.muzzy_decay_ms")) return muzzy_ctl(c);
+  if (is("opt.dirty_decay_ms")) return c.read_only(decay_as_jemalloc(g_opt_decay_ms));
+  if (is("opt.muzzy_decay_ms")) return c.read_only(ssize_t{0});
+  if (is("background_thread")) return background_ctl(c);
+  if (is("opt.background_thread")) return c.read_only(g_opt_background);
+  if (is("max_background_threads")) {
+    size_t want = 0;
+    if (c.writes()) {
+      if (int err = c.written(&want)) return err;
+      if (want == 0) return EINVAL;  // uslab runs one; more is accepted, one it stays
+    }
+    return c.read(size_t{1});
+  }
+  return stats_ctl(name, c);
+}
+
+}  // namespace
+
+extern "C" USLAB_EXPORT int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp,
+                                    size_t newlen) {
+  if (!name) return ENOENT;
+  LockGuard g(g_ctl_lock);
+  static bool opt_taken = false;
+  if (!opt_taken) {
+    g_opt_decay_ms = heap::decay_ms();
+    g_opt_background = heap::background_configured();
+    opt_taken = true;
+  }
+  return ctl(name, Call{oldp, oldlenp, newp, newlen});
+}
