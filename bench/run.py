@@ -26,6 +26,12 @@ Benchmarks (default: all):
                 with a move to the other CPU before phase 2), each followed by 3 s of
                 light activity; RSS sampled every 10 ms; uslab
                 (default and with background_thread), jemalloc and glibc, decay 1 s
+  idle          memory kept after a peak by a program that goes quiet: a 1 GB peak of
+                small objects freed, then no call at all (30 s), large calls only, or
+                small calls only (15 s); redis-server after FLUSHALL ASYNC of 1 M keys;
+                RSS over time, time until back within max(10%, 2 MiB) of the level
+                before the peak, the allocator's threads' CPU time and wake-ups;
+                every allocator with its defaults, and jemalloc's background threads
   bigblocks     the page-fault storm: 300 times a block of 5 … 25 MiB allocated,
                 every page written, freed; wall/user/sys seconds and minor faults
                 against glibc
@@ -59,6 +65,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 MULTIARCH = "x86_64-linux-gnu"
 PEERS = {
@@ -474,6 +481,137 @@ def bench_rss(args, allocs, out):
     out["rss"] = {f"{n}/{w}": rows for (n, w), rows in results.items()}
 
 
+IDLE_PEAK_MB = 1024
+IDLE_CASES = {  # workload: (idle.c mode or "redis", idle ms)
+    "no calls": ("none", 30000),
+    "large calls only": ("large", 15000),
+    "small calls only": ("small", 15000),
+    "redis-server": ("redis", 15000),
+}
+
+
+def idle_configs(allocs):
+    """Every allocator with its defaults, and jemalloc with its background threads."""
+    configs = [(a, lib, {}) for a, lib in allocs.items()]
+    if "jemalloc" in allocs:
+        configs.insert(2, ("jemalloc background_thread", allocs["jemalloc"],
+                           {"MALLOC_CONF": "background_thread:true"}))
+    return configs
+
+
+def redis_idle(lib, extra, idle_ms):
+    """redis-server (Debian's, linked with jemalloc) with lib preloaded: 1 M keys, then
+    FLUSHALL ASYNC (its lazyfree thread frees them; no purge call follows), then idle
+    with nothing to do; RSS of the server every 100 ms. None where redis cannot run."""
+    import socket
+    if not shutil.which("redis-server") or not shutil.which("redis-cli"):
+        return None
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.update(extra)
+    if lib:
+        env["LD_PRELOAD"] = lib
+    work = tempfile.mkdtemp()
+    server = subprocess.Popen(["redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", work, "--enable-debug-command", "yes",
+                               "--logfile", os.path.join(work, "log")], env=env)
+    cli = ["redis-cli", "-p", port]
+
+    def rss():
+        with open(f"/proc/{server.pid}/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+    try:
+        for _ in range(100):
+            if subprocess.run(cli + ["ping"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        before = rss()
+        subprocess.run(cli + ["debug", "populate", "1000000", "key", "100"], check=True,
+                       capture_output=True)
+        peak = rss()
+        subprocess.run(cli + ["flushall", "async"], check=True, capture_output=True)
+        t0 = time.monotonic()
+        samples, back = [], -1
+        allowed = before + max(before // 10, 2048)
+        while (t := time.monotonic() - t0) * 1000 < idle_ms:
+            kib = rss()
+            samples.append([int(t * 1000), kib])
+            if back < 0 and kib <= allowed:
+                back = int(t * 1000)
+            time.sleep(0.1)
+        return {"mode": "redis", "before_kib": before, "peak_kib": peak, "end_kib": rss(),
+                "back_ms": back, "threads_cpu_ms": None, "threads_switches_last_10s": None,
+                "samples": samples}
+    finally:
+        subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_idle(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "idle")
+    configs = idle_configs(allocs)
+    results = {}  # (config, workload) -> [rows]
+
+    def one(name, spec):
+        lib, extra = spec
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        env.update(extra)
+        if lib:
+            env["LD_PRELOAD"] = lib
+        for workload, (mode, idle_ms) in IDLE_CASES.items():
+            if mode == "redis":
+                # glibc cannot be put under redis-server: it links jemalloc itself.
+                row = redis_idle(lib, extra, idle_ms) if lib else None
+            else:
+                text = subprocess.run([exe, mode, str(IDLE_PEAK_MB), str(idle_ms)], env=env,
+                                      check=True, capture_output=True, text=True).stdout
+                row = json.loads(text)
+            if row:
+                results.setdefault((name, workload), []).append(row)
+
+    alternate({c[0]: c[1:] for c in configs}, args.rounds, one)
+    print(f"Command: tools/uslab bench idle --rounds {args.rounds} (every allocator with its "
+          f"defaults, and jemalloc with MALLOC_CONF=background_thread:true; a {IDLE_PEAK_MB} MB "
+          "peak of 16-512 B objects freed by a single-threaded program, then no call at all for "
+          "30 s, or a 100 KB malloc/free every 500 ms, or 100 malloc(64)/free every 500 ms, for "
+          "15 s; redis-server with 1 M keys, FLUSHALL ASYNC, then idle for 15 s; medians over "
+          "rounds; \"back\" is the time after the frees until RSS came within max(10%, 2 MiB) "
+          "of the level before the peak, — when it did not; the allocator's threads' CPU time "
+          "and context switches (wake-ups) in the last 10 s of the run)\n")
+    print("| workload | allocator | RSS before (MiB) | peak RSS (MiB) | RSS at the end (MiB) | "
+          "end − before (MiB) | back within (ms) | end / jemalloc | allocator threads: CPU ms, "
+          "wake-ups in the last 10 s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for workload in IDLE_CASES:
+        jem = results.get(("jemalloc", workload))
+        jend = statistics.median(r["end_kib"] for r in jem) if jem else None
+        for name, *_ in configs:
+            rows = results.get((name, workload))
+            if not rows:
+                print(f"| {workload} | {name} | — | — | — | — | — | — | — |")
+                continue
+            med = {k: statistics.median(r[k] for r in rows)
+                   for k in ("before_kib", "peak_kib", "end_kib")}
+            backs = [r["back_ms"] for r in rows]
+            back = "—" if min(backs) < 0 else f"{statistics.median(backs):.0f}"
+            ratio = f"{med['end_kib'] / jend:.2f}" if jend else "—"
+            threads = "—"
+            if rows[0]["threads_cpu_ms"] is not None:
+                threads = (f"{statistics.median(r['threads_cpu_ms'] for r in rows):.0f}, "
+                           f"{statistics.median(r['threads_switches_last_10s'] for r in rows):.0f}")
+            print(f"| {workload} | {name} | {med['before_kib'] / 1024:.1f} | "
+                  f"{med['peak_kib'] / 1024:.1f} | {med['end_kib'] / 1024:.1f} | "
+                  f"{(med['end_kib'] - med['before_kib']) / 1024:.1f} | {back} | {ratio} | "
+                  f"{threads} |")
+    print()
+    out["idle"] = {f"{n}/{w}": rows for (n, w), rows in results.items()}
+
+
 def bench_bigblocks(args, allocs, out):
     exe = os.path.join(args.build, "bench", "bigblocks")
     iterations = 300
@@ -564,6 +702,25 @@ def plot(out, directory):
             ax.legend()
         save(fig, "rss.png")
 
+    if "idle" in out:
+        fig, axes = plt.subplots(2, 2, figsize=(14, 9))
+        for ax, workload in zip(axes.flat, IDLE_CASES):
+            for key, rows in out["idle"].items():
+                name, w = key.rsplit("/", 1)
+                if w != workload:
+                    continue
+                run = sorted(rows, key=lambda r: r["end_kib"])[len(rows) // 2]  # the median run
+                ax.plot([t / 1000 for t, _ in run["samples"]],
+                        [kib / 1024 for _, kib in run["samples"]], label=name)
+            ax.set_xlabel("seconds after the frees")
+            ax.set_ylabel("RSS (MiB)")
+            ax.set_yscale("log")
+            ax.set_title(workload if workload == "redis-server" else
+                         f"{IDLE_PEAK_MB} MB peak freed, then {workload}")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        save(fig, "idle.png")
+
     if "micro" in out:
         fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
         for ax, test in zip(axes, ("N x alloc", "N x free", "alloc/free pair")):
@@ -643,7 +800,7 @@ def main():
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "firstuse",
-             "instructions", "deferred", "rss", "bigblocks", "startup", "numa", "thp"]
+             "instructions", "deferred", "rss", "idle", "bigblocks", "startup", "numa", "thp"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -686,6 +843,8 @@ def main():
             bench_deferred(args, allocs, out)
         elif name == "rss":
             bench_rss(args, allocs, out)
+        elif name == "idle":
+            bench_idle(args, allocs, out)
         elif name == "bigblocks":
             bench_bigblocks(args, allocs, out)
         elif name == "startup":

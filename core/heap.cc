@@ -64,6 +64,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
     desc = cached->huge_span;
     fresh = false;
   } else {
+    if (!limit_admit(size + align)) return os::fail_nomem();  // memory_limit.h
     desc = g_span_pool.alloc();
     if (!desc) return os::fail_nomem();
     if (!segment_create_huge(size, align, desc, g_config.guard)) {
@@ -435,11 +436,7 @@ void flush_thread_cache() { thread_cache_flush_mine(); }
 
 size_t trim() {
   config_init();
-  deferred_tick();
-  thread_cache_flush_mine();
-  percpu_drain_all();
-  central_release_all_spares();
-  return page_heap_purge_all(true) + huge_cache_purge(true);
+  return decay_release_all();
 }
 
 void decay_now() {
@@ -635,6 +632,8 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       d.membarrier ? "membarrier" : "reader fences");
   background_describe(line, sizeof line);
   write(opaque, line);
+  memory_limit_describe(line, sizeof line, false);
+  write(opaque, line);
 }
 
 void topology_print(void (*write)(void*, const char*), void* opaque) {
@@ -690,6 +689,9 @@ void topology_print(void (*write)(void*, const char*), void* opaque) {
   } else {
     out("  mode: per-thread caches\n");
   }
+  write(opaque, "  ");
+  memory_limit_describe(text, sizeof text, true);
+  write(opaque, text);
 }
 
 namespace {

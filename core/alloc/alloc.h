@@ -10,6 +10,7 @@
 #include "core/alloc/first_touch.h"
 #include "core/alloc/grace.h"
 #include "core/alloc/huge_cache.h"
+#include "core/alloc/memory_limit.h"
 #include "core/alloc/meta_arena.h"
 #include "core/alloc/obj_cache.h"
 #include "core/alloc/page_heap.h"

@@ -63,6 +63,14 @@ void decay_tick_now() {
   run_tick();
 }
 
+size_t decay_release_all() {
+  if (const DecayHooks* h = hooks()) h->tick();
+  thread_cache_flush_mine();
+  percpu_drain_all();
+  central_release_all_spares();
+  return page_heap_purge_all(true) + huge_cache_purge(true);
+}
+
 void decay_notice() {
   decay_maybe_tick();
   thread_cache_decay(ticks_.load(std::memory_order_relaxed));

@@ -32,6 +32,10 @@ namespace uslab {
 void decay_maybe_tick();
 // A tick now (jemalloc's arena.<i>.decay), the next one a whole interval later.
 void decay_tick_now();
+// Everything back now, whatever its age (malloc_trim, the memory limit): the facade's
+// hook (deferred frees), the calling thread's cache, every CPU's sheaves and the
+// depots, spare slabs, then every free page and kept huge block; bytes returned.
+size_t decay_release_all();
 // When the next tick is due (os::now_ms); 0 before the clock started.
 uint64_t decay_next_tick_ms();
 // The next tick a whole interval from now (the background thread, woken from a sleep

@@ -4,6 +4,7 @@
 #include "core/alloc/page_heap.h"
 
 #include "core/alloc/background.h"
+#include "core/alloc/memory_limit.h"
 
 #include <cstring>
 #include <type_traits>
@@ -61,13 +62,13 @@ void PageHeap::insert_free(Span* s) {
   (s->dirty ? dirty_lists_ : clean_lists_).push(s);
   // Stored atomically: read without this lock by other heaps' alloc.
   __atomic_store_n(&free_pages_, free_pages_ + s->npages, __ATOMIC_RELAXED);
-  if (s->dirty) dirty_pages_ += s->npages;
+  if (s->dirty) __atomic_store_n(&dirty_pages_, dirty_pages_ + s->npages, __ATOMIC_RELAXED);
 }
 
 void PageHeap::remove_free(Span* s) {
   (s->dirty ? dirty_lists_ : clean_lists_).remove(s);
   __atomic_store_n(&free_pages_, free_pages_ - s->npages, __ATOMIC_RELAXED);
-  if (s->dirty) dirty_pages_ -= s->npages;
+  if (s->dirty) __atomic_store_n(&dirty_pages_, dirty_pages_ - s->npages, __ATOMIC_RELAXED);
 }
 
 // Whether a neighbour found through the page map is a free span. It may be a slab
@@ -136,6 +137,8 @@ Span* PageHeap::split_front(Span* s, size_t npages) {
 }
 
 Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
+  // The memory limit first (it may release every cache and free page: no lock held).
+  if (!limit_admit((npages + align_pages - 1) << kPageShift)) return nullptr;
   {
     LockGuard g(lock_);
     Span* s = alloc_locked(npages, align_pages, kind, zeroed, false);
@@ -451,6 +454,12 @@ bool PageHeap::backlog(size_t* dirty_bytes) {
   LockGuard g(lock_);
   *dirty_bytes = dirty_pages_ << kPageShift;
   return dirty_pages_ || !clean_lists_.by_length[kMaxPages].empty() || descs_.has_empty();
+}
+
+size_t PageHeap::clean_free_bytes() const {
+  size_t free = __atomic_load_n(&free_pages_, __ATOMIC_RELAXED);
+  size_t dirty = __atomic_load_n(&dirty_pages_, __ATOMIC_RELAXED);
+  return free > dirty ? (free - dirty) << kPageShift : 0;
 }
 
 PageHeapStats PageHeap::stats() {

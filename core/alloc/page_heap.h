@@ -24,11 +24,12 @@
 // Locking: each heap's Mutex (lock()) guards its free lists, every free span of its
 // segments, the kind and first/last PageMap entries of their spans, and their
 // Segment::used_pages. No thread holds two heaps' locks. free_pages_ is also read
-// without the lock, by other heaps deciding whether to borrow (stored atomically;
-// a stale value only skips or tries a heap). It also guards the heap's descriptor
-// pool (span descriptors and the external bitmaps of slabs of many objects, which
-// go back with their slab). Callers never hold a central-list lock while calling in
-// (order: central → page heap → MetaArena → PageMap).
+// without the lock, by other heaps deciding whether to borrow, and with dirty_pages_
+// by the memory limit's estimate (both stored atomically; a stale value only skips
+// or tries a heap, or moves the estimate by what changed meanwhile). It also guards
+// the heap's descriptor pool (span descriptors and the external bitmaps of slabs of
+// many objects, which go back with their slab). Callers never hold a central-list
+// lock while calling in (order: central → page heap → MetaArena → PageMap).
 //
 // Transparent huge pages (the `thp` option, where the system's setting is not
 // "never"): a segment is advised MADV_HUGEPAGE when it is dense — all its pages in use
@@ -94,7 +95,8 @@ class alignas(64) PageHeap {
   // Only heaps with a surplus (kStealReserve free pages beyond the request) that are
   // not busy are asked, so that CPUs do not take turns at each other's working set;
   // those asked that have no span that fits purge their dirty holes as a growing
-  // heap does (purge_short).
+  // heap does (purge_short). The memory limit is asked first (memory_limit.h: a hard
+  // limit's refusal is a nullptr); the caller holds no lock.
   Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
   // Give back a slab or large span (its page-map interior must be cleared by then
   // for large spans; slab interiors are cleared here).
@@ -111,6 +113,9 @@ class alignas(64) PageHeap {
   void shrink(Span* s, size_t new_npages);
   // Return free pages older than decay_purge_age_ms (all of them if `all`); bytes purged.
   size_t purge(bool all);
+  // Bytes of free pages that are not resident (purged or never touched), read without
+  // the lock (the memory limit's estimate: a racy but never torn figure).
+  size_t clean_free_bytes() const;
   // What the decay tick can still do here (decay.h): free dirty bytes in *dirty_bytes;
   // true when there is anything (those, wholly free segments, empty descriptor pages).
   bool backlog(size_t* dirty_bytes);

@@ -49,6 +49,24 @@ bool parse_u64(const char* v, size_t n, uint64_t* out) {
   return true;
 }
 
+// A byte count, with an optional binary suffix (k, m, g, t; either case).
+bool parse_size(const char* v, size_t n, uint64_t* out) {
+  unsigned shift = 0;
+  if (n > 1) {
+    switch (v[n - 1] | 0x20) {
+      case 'k': shift = 10; break;
+      case 'm': shift = 20; break;
+      case 'g': shift = 30; break;
+      case 't': shift = 40; break;
+      default: break;
+    }
+  }
+  uint64_t x;
+  if (!parse_u64(v, shift ? n - 1 : n, &x) || (shift && x > (UINT64_MAX >> shift))) return false;
+  *out = x << shift;
+  return true;
+}
+
 void warn(const char* origin, const char* what, const char* k, size_t klen) {
   char key[64];
   size_t n = klen < sizeof key - 1 ? klen : sizeof key - 1;
@@ -90,6 +108,14 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     if (key_is(v, vlen, "auto")) cfg.background_thread = Config::Background::kAuto;
     else if (parse_bool(v, vlen, &on)) cfg.background_thread = on ? Config::Background::kOn : Config::Background::kOff;
     else ok = false;
+  } else if (key_is(k, klen, "memory_limit")) {
+    uint64_t bytes;
+    ok = true;
+    if (key_is(v, vlen, "none")) cfg.memory_limit = kMemoryLimitNone;
+    else if (parse_size(v, vlen, &bytes) && bytes != kMemoryLimitNone) cfg.memory_limit = bytes;
+    else ok = false;
+  } else if (key_is(k, klen, "memory_limit_hard")) {
+    ok = parse_bool(v, vlen, &cfg.memory_limit_hard);
   } else if (key_is(k, klen, "thp")) {
     ok = parse_bool(v, vlen, &cfg.thp);
   } else if (key_is(k, klen, "poison")) {

@@ -34,6 +34,11 @@ struct Config {
   // from the first moment there is memory to give back.
   enum class Background : uint8_t { kOff, kOn, kAuto };
   Background background_thread = Background::kAuto;
+  // The heap's memory limit (core/alloc/memory_limit.h): 0 takes 90% of the control
+  // group's limit, if any; kMemoryLimitNone ("none") sets none at all. Past it the
+  // caches and free pages go back at once; with memory_limit_hard, allocations fail.
+  uint64_t memory_limit = 0;
+  bool memory_limit_hard = false;
   TopologySource topology = TopologySource::kAuto;
   bool thp = true;              // transparent huge pages for dense segments (page_heap.h)
   // Checking for debugging (both off by default). poison: freed small objects are
@@ -44,6 +49,8 @@ struct Config {
   bool poison = false;
   bool guard = false;
 };
+
+constexpr uint64_t kMemoryLimitNone = UINT64_MAX;
 
 // The process-wide options; valid after config_init().
 extern Config g_config;

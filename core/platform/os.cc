@@ -8,6 +8,7 @@
 #include <cstdarg>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <cstring>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -199,6 +200,32 @@ long read_file(const char* path, char* buf, size_t cap) {
   }
   syscall6(SYS_close, fd);
   return (long)len;
+}
+
+bool for_each_line(const char* path, bool (*fn)(const char*, size_t, void*), void* arg) {
+  long fd = syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[2048];
+  size_t have = 0;
+  bool go = true, eof = false;
+  while (go && !(eof && have == 0)) {
+    if (!eof && have < sizeof buf) {
+      long r = syscall6(SYS_read, fd, (long)(buf + have), (long)(sizeof buf - have));
+      if (r == -EINTR) continue;
+      if (r <= 0) eof = true;
+      else have += (size_t)r;
+    }
+    char* nl = static_cast<char*>(memchr(buf, '\n', have));
+    size_t len = nl ? (size_t)(nl - buf) : have;
+    if (!nl && !eof && have < sizeof buf) continue;  // read more of this line
+    if (!nl && !eof) len = sizeof buf / 2;           // a line past the window: cut
+    go = fn(buf, len < 1024 ? len : 1024, arg);
+    size_t used = nl ? len + 1 : len;
+    memmove(buf, buf + used, have - used);
+    have -= used;
+  }
+  syscall6(SYS_close, fd);
+  return true;
 }
 
 void write_stderr(const char* s, size_t n) { write_fd(2, s, n); }

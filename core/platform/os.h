@@ -74,6 +74,11 @@ void sleep_ns(uint64_t ns);
 
 // Read up to `cap` bytes of a file into `buf` with raw syscalls; returns length or -1.
 long read_file(const char* path, char* buf, size_t cap);
+// Calls fn(line, len, arg) for each line of a file (without its newline; lines
+// longer than 1 KiB are cut there), read with raw syscalls through a small window, so
+// files of any length (mountinfo) need no big buffer; stops early when fn returns
+// false. False when the file cannot be opened.
+bool for_each_line(const char* path, bool (*fn)(const char* line, size_t len, void* arg), void* arg);
 
 void write_fd(int fd, const char* s, size_t n);
 void write_stderr(const char* s, size_t n);

@@ -3,6 +3,7 @@
 // USDT probes). Higher layers include this header only.
 #pragma once
 
+#include "core/platform/cgroup.h"
 #include "core/platform/config.h"
 #include "core/platform/helper_thread.h"
 #include "core/platform/mutex.h"

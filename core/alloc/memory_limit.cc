@@ -1,0 +1,113 @@
+// core/alloc/memory_limit.cc — the memory limit; see memory_limit.h.
+#include "core/alloc/memory_limit.h"
+
+#include "core/alloc/decay.h"
+#include "core/alloc/meta_arena.h"
+#include "core/alloc/page_heap.h"
+#include "core/alloc/paged_pool.h"
+#include "core/platform/cgroup.h"
+
+namespace uslab {
+
+constinit std::atomic<uint32_t> g_limit_state{0};
+
+namespace {
+
+constexpr uint32_t kUndecided = 0, kNone = 1, kActive = 2;
+
+constinit Mutex decide_lock_;
+MemoryLimit limit_{};
+constinit std::atomic<uint64_t> last_release_ms_{0}, releases_{0}, refusals_{0};
+
+// Decides the limit (decide_lock_ held): the option's, or the cgroup's share.
+void decide_locked() {
+  if (g_limit_state.load(std::memory_order_relaxed) != kUndecided) return;
+  limit_.hard = g_config.memory_limit_hard;
+  uint64_t conf = g_config.memory_limit;
+  if (conf == kMemoryLimitNone) {
+    os::format(limit_.source, sizeof limit_.source, "none (memory_limit=none)");
+  } else if (conf) {
+    limit_.bytes = conf;
+    os::format(limit_.source, sizeof limit_.source, "memory_limit=%zu", static_cast<size_t>(conf));
+  } else {
+    os::CgroupLimit cg;
+    if (os::cgroup_memory_limit(os::CgroupFiles{}, &cg) && cg.bytes) {
+      limit_.bytes = cg.bytes / 100 * kCgroupLimitPercent;
+      os::format(limit_.source, sizeof limit_.source, "%u%% of %zu, cgroup v%d %s", kCgroupLimitPercent,
+                 static_cast<size_t>(cg.bytes), cg.version, cg.file);
+    } else {
+      os::format(limit_.source, sizeof limit_.source, "none (no memory_limit, and no cgroup limit)");
+    }
+  }
+  limit_.decided = true;
+  g_limit_state.store(limit_.bytes ? kActive : kNone, std::memory_order_release);
+}
+
+void decide() {
+  LockGuard g(decide_lock_);
+  decide_locked();
+}
+
+}  // namespace
+
+size_t heap_resident_estimate() {
+  size_t clean = 0;
+  for (unsigned sh = 0; sh < shard_count(); sh++) clean += g_page_heap[sh].clean_free_bytes();
+  size_t mapped = segment_mapped_bytes();
+  size_t meta = g_meta_arena.mapped() + g_paged_pool_bytes.load(std::memory_order_relaxed);
+  return (mapped > clean ? mapped - clean : 0) + meta;
+}
+
+bool limit_admit_slow(size_t bytes) {
+  uint32_t state = g_limit_state.load(std::memory_order_acquire);
+  if (state == kUndecided) {
+    config_init();
+    // A heap this small reads no file: unless the option gives a limit, wait.
+    if (g_config.memory_limit == 0 && segment_mapped_bytes() < kLimitDecideBytes) return true;
+    decide();
+    state = g_limit_state.load(std::memory_order_acquire);
+  }
+  if (state != kActive) return true;
+  if (heap_resident_estimate() + bytes <= limit_.bytes) return true;
+  // Past the limit: everything cached and every free page back now. Soft, at most once
+  // a tick (a program whose own memory is past it would pay a release per slab).
+  uint64_t now = os::now_ms(), last = last_release_ms_.load(std::memory_order_relaxed);
+  if (limit_.hard || now - last >= decay_tick_ms()) {
+    last_release_ms_.store(now, std::memory_order_relaxed);
+    releases_.fetch_add(1, std::memory_order_relaxed);
+    decay_release_all();
+  }
+  if (!limit_.hard || heap_resident_estimate() + bytes <= limit_.bytes) return true;
+  refusals_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+MemoryLimit memory_limit(bool decide_now) {
+  LockGuard g(decide_lock_);
+  if (decide_now) {
+    config_init();
+    decide_locked();
+  }
+  return limit_;
+}
+
+LimitStats memory_limit_stats() {
+  return LimitStats{releases_.load(std::memory_order_relaxed), refusals_.load(std::memory_order_relaxed)};
+}
+
+void memory_limit_describe(char* out, size_t cap, bool decide_now) {
+  MemoryLimit l = memory_limit(decide_now);
+  LimitStats st = memory_limit_stats();
+  if (!l.decided)
+    os::format(out, cap, "memory limit: not looked for yet (the heap is below %zu MiB)\n",
+               kLimitDecideBytes >> 20);
+  else if (!l.bytes)
+    os::format(out, cap, "memory limit: %s\n", l.source);
+  else
+    os::format(out, cap, "memory limit: %zu bytes, %s (%s); heap resident now %zu; %zu releases, "
+               "%zu allocations refused\n", static_cast<size_t>(l.bytes), l.hard ? "hard" : "soft",
+               l.source, heap_resident_estimate(), static_cast<size_t>(st.releases),
+               static_cast<size_t>(st.refusals));
+}
+
+}  // namespace uslab

@@ -1,0 +1,61 @@
+// core/alloc/memory_limit.h — a limit on the heap's memory (as tcmalloc's
+// SetMemoryLimit; jemalloc has none).
+//
+// Owns: the limit in force and where it came from — memory_limit=BYTES (config.h),
+// or, when none is given, 90% of the control group's limit (cgroup.h: v2 memory.high
+// or memory.max, v1 memory.limit_in_bytes, the lowest along the cgroup's ancestors),
+// read once, the first time the heap maps kLimitDecideBytes (a program below that
+// reads no file); the heap's resident estimate it is checked against (segments
+// mapped, less their free pages that are not resident, plus metadata); and what
+// happens near it. Before the heap takes more memory (a page heap's span for a slab
+// or a large object, a huge block), limit_admit compares the estimate with the limit:
+// past it, the caches are emptied and every free page goes back at once, not after
+// decay_ms (at most once per decay tick while the program's own memory stays past
+// it); with memory_limit_hard=true an allocation that would still pass it fails
+// (ENOMEM; operator new throws) instead of waking the OOM killer.
+//
+// Locking: the decision is made once, under its own lock; the limit is read-only
+// after. limit_admit takes no lock of its own besides that and is called with none of
+// the heap's held: the release takes them all, one at a time.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace uslab {
+
+// The heap maps this much before a cgroup's limit is looked for.
+constexpr size_t kLimitDecideBytes = size_t{64} << 20;
+// The share of a cgroup's limit taken as the soft limit.
+constexpr unsigned kCgroupLimitPercent = 90;
+
+struct MemoryLimit {
+  uint64_t bytes;    // 0: none
+  bool hard;
+  bool decided;      // false: the cgroup not read yet (the heap is still small)
+  char source[320];  // where the limit came from, for the statistics
+};
+
+// 0: not decided yet; 1: no limit; 2: a limit is in force.
+extern std::atomic<uint32_t> g_limit_state;
+bool limit_admit_slow(size_t bytes);
+// Before the heap takes `bytes` more: true, or false when the hard limit refuses them.
+inline bool limit_admit(size_t bytes) {
+  if (__builtin_expect(g_limit_state.load(std::memory_order_relaxed) == 1, 1)) return true;
+  return limit_admit_slow(bytes);
+}
+
+// The heap's resident memory as the limit counts it (an estimate, racy).
+size_t heap_resident_estimate();
+// The limit (with `decide`, the cgroup is read now if it was not: uslab topology).
+MemoryLimit memory_limit(bool decide);
+struct LimitStats {
+  uint64_t releases;  // times the limit made the caches and free pages go back
+  uint64_t refusals;  // allocations the hard limit refused
+};
+LimitStats memory_limit_stats();
+// One line describing the limit, for the statistics and uslab topology.
+void memory_limit_describe(char* out, size_t cap, bool decide);
+
+}  // namespace uslab
