@@ -23,8 +23,12 @@ constexpr uint64_t kCoarseSlackMs = 5;
 
 uint32_t* futex_word() { return reinterpret_cast<uint32_t*>(&sleep_word_); }
 
+// The option as an integer: it changes at run time (background_enable), and clang's
+// __atomic builtins take integers only.
+uint8_t* option_word() { return reinterpret_cast<uint8_t*>(&g_config.background_thread); }
+
 bool configured() {
-  return __atomic_load_n(&g_config.background_thread, __ATOMIC_RELAXED) != Config::Background::kOff;
+  return __atomic_load_n(option_word(), __ATOMIC_RELAXED) != static_cast<uint8_t>(Config::Background::kOff);
 }
 
 // Sleeps with no timeout unless the backlog shows work once the sleep is published.
@@ -189,7 +193,7 @@ void background_describe(char* out, size_t cap) {
 
 void background_enable(bool on) {
   config_init();
-  __atomic_store_n(&g_config.background_thread, on ? Config::Background::kOn : Config::Background::kOff,
+  __atomic_store_n(option_word(), static_cast<uint8_t>(on ? Config::Background::kOn : Config::Background::kOff),
                    __ATOMIC_RELEASE);
   if (on) {
     g_background_poke.fetch_and(~kPokeStart, std::memory_order_relaxed);
