@@ -76,13 +76,19 @@ PEERS = {
 }
 
 
-def run_json(cmd, lib, extra_env=None):
-    """Runs cmd with lib preloaded ("" = glibc); returns its JSON output lines."""
+def preload_env(lib, extra_env=None):
+    """This process's environment with lib preloaded ("" = none: glibc) and extra_env."""
     env = dict(os.environ)
     env.update(extra_env or {})
     env.pop("LD_PRELOAD", None)
     if lib:
         env["LD_PRELOAD"] = lib
+    return env
+
+
+def run_json(cmd, lib, extra_env=None):
+    """Runs cmd with lib preloaded ("" = glibc); returns its JSON output lines."""
+    env = preload_env(lib, extra_env)
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
@@ -444,11 +450,7 @@ def bench_rss(args, allocs, out):
 
     def one(name, spec):
         lib, extra = spec
-        env = dict(os.environ)
-        env.pop("LD_PRELOAD", None)
-        env.update(extra)
-        if lib:
-            env["LD_PRELOAD"] = lib
+        env = preload_env(lib, extra)
         for workload, argv in RSS_WORKLOADS.items():
             text = subprocess.run([exe, argv[0], str(idle_ms)] + argv[1:], env=env, check=True,
                                   capture_output=True, text=True).stdout
@@ -509,11 +511,7 @@ def redis_idle(lib, extra, idle_ms):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    env.update(extra)
-    if lib:
-        env["LD_PRELOAD"] = lib
+    env = preload_env(lib, extra)
     work = tempfile.mkdtemp()
     server = subprocess.Popen(["redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
                                "--appendonly", "no", "--dir", work, "--enable-debug-command", "yes",
@@ -558,11 +556,7 @@ def bench_idle(args, allocs, out):
 
     def one(name, spec):
         lib, extra = spec
-        env = dict(os.environ)
-        env.pop("LD_PRELOAD", None)
-        env.update(extra)
-        if lib:
-            env["LD_PRELOAD"] = lib
+        env = preload_env(lib, extra)
         for workload, (mode, idle_ms) in IDLE_CASES.items():
             if mode == "redis":
                 # glibc cannot be put under redis-server: it links jemalloc itself.

@@ -8,10 +8,10 @@
 namespace uslab {
 
 constinit std::atomic<uint32_t> g_background_poke{0};
+constinit std::atomic<BackgroundState> g_background_state{BackgroundState::kIdle};
 
 namespace {
 
-constinit std::atomic<BackgroundState> state_{BackgroundState::kIdle};
 // 1 while the thread sleeps with no timeout (the futex word it waits on).
 constinit std::atomic<uint32_t> sleep_word_{0};
 constinit std::atomic<os::ThreadVeto> veto_{os::ThreadVeto::kNone};
@@ -52,7 +52,7 @@ void sleep_until_woken() {
 void* thread_main(void*) {
   for (;;) {
     if (!configured()) {  // turned off (background_enable): the thread ends
-      state_.store(BackgroundState::kIdle, std::memory_order_release);
+      g_background_state.store(BackgroundState::kIdle, std::memory_order_release);
       return nullptr;
     }
     uint64_t next = decay_next_tick_ms(), now = os::now_ms();
@@ -80,29 +80,29 @@ void start_now() {
   int err = os::helper_thread_start(thread_main, "uslab-bg");
   if (err) {
     error_ = err;
-    state_.store(BackgroundState::kFailed, std::memory_order_release);
+    g_background_state.store(BackgroundState::kFailed, std::memory_order_release);
     return;
   }
   started_ms_.store(os::now_ms(), std::memory_order_relaxed);
   // Unless the thread already ended (turned off meanwhile: it set kIdle).
   BackgroundState s = BackgroundState::kStarting;
-  state_.compare_exchange_strong(s, BackgroundState::kRunning, std::memory_order_acq_rel);
+  g_background_state.compare_exchange_strong(s, BackgroundState::kRunning, std::memory_order_acq_rel);
 }
 
 // A wanted thread, started when this call may (helper_thread_veto); a call from
 // inside libc leaves it wanted for the next one.
 void try_start() {
   BackgroundState s = BackgroundState::kWanted;
-  if (!state_.compare_exchange_strong(s, BackgroundState::kStarting, std::memory_order_acq_rel)) return;
+  if (!g_background_state.compare_exchange_strong(s, BackgroundState::kStarting, std::memory_order_acq_rel)) return;
   os::ThreadVeto v = os::helper_thread_veto();
   veto_.store(v, std::memory_order_relaxed);
   if (v == os::ThreadVeto::kLibcCaller || v == os::ThreadVeto::kNotReady) {
-    state_.store(BackgroundState::kWanted, std::memory_order_release);
+    g_background_state.store(BackgroundState::kWanted, std::memory_order_release);
     return;
   }
   g_background_poke.fetch_and(~kPokeStart, std::memory_order_relaxed);
   if (v == os::ThreadVeto::kSeccomp) {  // a filter stays: no further tries
-    state_.store(BackgroundState::kFailed, std::memory_order_release);
+    g_background_state.store(BackgroundState::kFailed, std::memory_order_release);
     return;
   }
   start_now();  // pthread_create allocates: try_start runs again inside, and returns above
@@ -110,21 +110,19 @@ void try_start() {
 
 }  // namespace
 
-BackgroundState background_state() { return state_.load(std::memory_order_acquire); }
-
 void background_init() {
   config_init();
   os::helper_thread_init();
   if (g_config.background_thread != Config::Background::kOn) return;
   BackgroundState s = BackgroundState::kIdle;
   // The constructor runs with no lock held and outside any free: start at once.
-  if (state_.compare_exchange_strong(s, BackgroundState::kStarting)) start_now();
+  if (g_background_state.compare_exchange_strong(s, BackgroundState::kStarting)) start_now();
 }
 
 void background_want() {
-  if (state_.load(std::memory_order_relaxed) != BackgroundState::kIdle || !configured()) return;
+  if (g_background_state.load(std::memory_order_relaxed) != BackgroundState::kIdle || !configured()) return;
   BackgroundState s = BackgroundState::kIdle;
-  if (state_.compare_exchange_strong(s, BackgroundState::kWanted, std::memory_order_acq_rel))
+  if (g_background_state.compare_exchange_strong(s, BackgroundState::kWanted, std::memory_order_acq_rel))
     g_background_poke.fetch_or(kPokeStart, std::memory_order_release);
 }
 
@@ -198,15 +196,15 @@ void background_enable(bool on) {
   if (on) {
     g_background_poke.fetch_and(~kPokeStart, std::memory_order_relaxed);
     for (BackgroundState s : {BackgroundState::kIdle, BackgroundState::kWanted, BackgroundState::kFailed})
-      if (state_.compare_exchange_strong(s, BackgroundState::kStarting)) return start_now();
+      if (g_background_state.compare_exchange_strong(s, BackgroundState::kStarting)) return start_now();
     return;
   }
   // The thread sees the option at its next wake-up: wake it whether it sleeps with
   // a timeout or without, then wait for it to end.
   g_background_poke.fetch_and(~(kPokeStart | kPokeWake), std::memory_order_relaxed);
   BackgroundState s = BackgroundState::kWanted;
-  state_.compare_exchange_strong(s, BackgroundState::kIdle);
-  while (state_.load(std::memory_order_acquire) == BackgroundState::kRunning) {
+  g_background_state.compare_exchange_strong(s, BackgroundState::kIdle);
+  while (g_background_state.load(std::memory_order_acquire) == BackgroundState::kRunning) {
     sleep_word_.store(0, std::memory_order_seq_cst);
     os::futex_wake(futex_word(), 1);
     os::sleep_ns(1000000);
@@ -217,9 +215,9 @@ void background_fork_child() {
   sleep_word_.store(0, std::memory_order_relaxed);
   g_background_poke.store(0, std::memory_order_relaxed);
   wakeups_ = sleeps_ = ticks_ = started_ms_ = 0;
-  BackgroundState s = state_.load(std::memory_order_relaxed);
+  BackgroundState s = g_background_state.load(std::memory_order_relaxed);
   if (s == BackgroundState::kFailed) return;
-  state_.store(BackgroundState::kIdle, std::memory_order_relaxed);
+  g_background_state.store(BackgroundState::kIdle, std::memory_order_relaxed);
   // background_thread=true: the child's first slow path starts its own.
   if (g_config.background_thread == Config::Background::kOn) background_want();
 }

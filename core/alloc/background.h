@@ -47,7 +47,8 @@ enum class BackgroundState : uint32_t {
   kRunning,
   kFailed,    // pthread_create failed: call-driven decay only
 };
-BackgroundState background_state();
+extern std::atomic<BackgroundState> g_background_state;
+inline BackgroundState background_state() { return g_background_state.load(std::memory_order_acquire); }
 
 // The library's constructor: records what helper_thread_veto needs; with
 // background_thread=true, starts the thread.
@@ -67,6 +68,16 @@ void background_poke_slow();
 inline void background_poke() {
   if (__builtin_expect(g_background_poke.load(std::memory_order_relaxed) != 0, 0))
     background_poke_slow();
+}
+// After a free left `resident` bytes waiting in one place (a page heap's dirty pages,
+// the huge cache): wakes a sleeping thread, and wants one past the start mark. Loads
+// only, unless one of those is due; may be called with locks held (starts nothing).
+inline void background_note_free(size_t resident) {
+  if (__builtin_expect(g_background_poke.load(std::memory_order_relaxed) & kPokeWake, 0))
+    background_wake();
+  if (resident >= kBackgroundStartBytes &&
+      g_background_state.load(std::memory_order_relaxed) == BackgroundState::kIdle)
+    background_want();
 }
 
 struct BackgroundStats {

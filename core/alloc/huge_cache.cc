@@ -69,9 +69,7 @@ void huge_cache_put(Segment* seg) {
     entries_[count_++] = Entry{seg, os::now_ms()};
     kept = bytes_ += seg->mapped_bytes;
   }
-  // Resident until the decay: the background thread is told.
-  background_wake();
-  if (kept >= kBackgroundStartBytes) background_want();
+  background_note_free(kept);  // resident until the decay
 }
 
 size_t huge_cache_purge(bool all) {

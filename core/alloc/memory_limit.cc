@@ -13,15 +13,13 @@ constinit std::atomic<uint32_t> g_limit_state{0};
 
 namespace {
 
-constexpr uint32_t kUndecided = 0, kNone = 1, kActive = 2;
-
 constinit Mutex decide_lock_;
 MemoryLimit limit_{};
 constinit std::atomic<uint64_t> last_release_ms_{0}, releases_{0}, refusals_{0};
 
 // Decides the limit (decide_lock_ held): the option's, or the cgroup's share.
 void decide_locked() {
-  if (g_limit_state.load(std::memory_order_relaxed) != kUndecided) return;
+  if (g_limit_state.load(std::memory_order_relaxed) != kLimitUndecided) return;
   limit_.hard = g_config.memory_limit_hard;
   uint64_t conf = g_config.memory_limit;
   if (conf == kMemoryLimitNone) {
@@ -40,7 +38,7 @@ void decide_locked() {
     }
   }
   limit_.decided = true;
-  g_limit_state.store(limit_.bytes ? kActive : kNone, std::memory_order_release);
+  g_limit_state.store(limit_.bytes ? kLimitActive : kLimitNone, std::memory_order_release);
 }
 
 void decide() {
@@ -58,16 +56,14 @@ size_t heap_resident_estimate() {
   return (mapped > clean ? mapped - clean : 0) + meta;
 }
 
+void limit_decide_slow(size_t mapped) {
+  config_init();
+  // A heap this small reads no file: unless the option gives a limit, wait.
+  if (g_config.memory_limit == 0 && mapped < kLimitDecideBytes) return;
+  decide();
+}
+
 bool limit_admit_slow(size_t bytes) {
-  uint32_t state = g_limit_state.load(std::memory_order_acquire);
-  if (state == kUndecided) {
-    config_init();
-    // A heap this small reads no file: unless the option gives a limit, wait.
-    if (g_config.memory_limit == 0 && segment_mapped_bytes() < kLimitDecideBytes) return true;
-    decide();
-    state = g_limit_state.load(std::memory_order_acquire);
-  }
-  if (state != kActive) return true;
   if (heap_resident_estimate() + bytes <= limit_.bytes) return true;
   // Past the limit: everything cached and every free page back now. Soft, at most once
   // a tick (a program whose own memory is past it would pay a release per slab).

@@ -4,8 +4,8 @@
 // Owns: the limit in force and where it came from — memory_limit=BYTES (config.h),
 // or, when none is given, 90% of the control group's limit (cgroup.h: v2 memory.high
 // or memory.max, v1 memory.limit_in_bytes, the lowest along the cgroup's ancestors),
-// read once, the first time the heap maps kLimitDecideBytes (a program below that
-// reads no file); the heap's resident estimate it is checked against (segments
+// read once, the first time the heap maps kLimitDecideBytes (segment.cc tells it; a
+// program below that reads no file); the heap's resident estimate it is checked against (segments
 // mapped, less their free pages that are not resident, plus metadata); and what
 // happens near it. Before the heap takes more memory (a page heap's span for a slab
 // or a large object, a huge block), limit_admit compares the estimate with the limit:
@@ -38,12 +38,22 @@ struct MemoryLimit {
 };
 
 // 0: not decided yet; 1: no limit; 2: a limit is in force.
+constexpr uint32_t kLimitUndecided = 0, kLimitNone = 1, kLimitActive = 2;
 extern std::atomic<uint32_t> g_limit_state;
 bool limit_admit_slow(size_t bytes);
 // Before the heap takes `bytes` more: true, or false when the hard limit refuses them.
+// One load unless a limit is in force.
 inline bool limit_admit(size_t bytes) {
-  if (__builtin_expect(g_limit_state.load(std::memory_order_relaxed) == 1, 1)) return true;
+  if (__builtin_expect(g_limit_state.load(std::memory_order_relaxed) != kLimitActive, 1)) return true;
   return limit_admit_slow(bytes);
+}
+void limit_decide_slow(size_t mapped);
+// A segment was mapped (`mapped`: all segments' bytes now): the limit is decided at
+// the first one when the option gives it, else once kLimitDecideBytes are mapped.
+// Reads files, takes no lock of the heap (a page heap's may be held).
+inline void limit_note_mapped(size_t mapped) {
+  if (__builtin_expect(g_limit_state.load(std::memory_order_relaxed) == kLimitUndecided, 0))
+    limit_decide_slow(mapped);
 }
 
 // The heap's resident memory as the limit counts it (an estimate, racy).

@@ -217,12 +217,7 @@ void PageHeap::free(Span* const* spans, size_t n) {
   after_free(dirty);
 }
 
-void PageHeap::after_free(size_t dirty_pages) {
-  // Pages wait for the decay now: a sleeping background thread wakes, and with this
-  // many the thread is wanted (no lock held here, but a caller's may be: no start).
-  background_wake();
-  if ((dirty_pages << kPageShift) >= kBackgroundStartBytes) background_want();
-}
+void PageHeap::after_free(size_t dirty_pages) { background_note_free(dirty_pages << kPageShift); }
 
 void page_heap_free_spans(Span* const* spans, size_t n) {
   for (size_t i = 0, j; i < n; i = j) {

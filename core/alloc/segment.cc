@@ -2,6 +2,8 @@
 // Locking: PageMap::lock_ serialises leaf creation; see segment.h.
 #include "core/alloc/segment.h"
 
+#include "core/alloc/memory_limit.h"
+
 #include <cstring>
 
 namespace uslab {
@@ -47,7 +49,7 @@ Segment* segment_create_normal(bool advise, bool huge) {
   seg->kind = SegmentKind::kNormal;
   seg->mapped_bytes = kSegmentSize;
   seg->huge = advised && huge;
-  g_segment_bytes.fetch_add(kSegmentSize, std::memory_order_relaxed);
+  limit_note_mapped(g_segment_bytes.fetch_add(kSegmentSize, std::memory_order_relaxed) + kSegmentSize);
   return seg;
 }
 
@@ -82,7 +84,7 @@ Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard)
   span->npages = static_cast<uint32_t>(obj_bytes >> kPageShift);
   span->segment = seg;
   PageMap::set(obj, span);
-  g_segment_bytes.fetch_add(total, std::memory_order_relaxed);
+  limit_note_mapped(g_segment_bytes.fetch_add(total, std::memory_order_relaxed) + total);
   return seg;
 }
 
