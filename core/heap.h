@@ -3,10 +3,12 @@
 // Layering (snmalloc-style include rule; each layer includes only the ones below it,
 // each through its umbrella header):
 //   core/platform/platform.h   raw syscalls, Mutex, configuration, rseq, the
-//                              topology providers (probe, hwloc), USDT probes
+//                              topology providers (probe, hwloc), the cgroup's
+//                              memory limit, the helper thread's start, USDT probes
 //   core/ds/ds.h               heap geometry, size classes, intrusive lists
 //   core/alloc/alloc.h         shards and nodes, segments, page heap, central lists,
-//                              depots, per-CPU sheaves, thread caches, object caches
+//                              depots, per-CPU sheaves, thread caches, object caches,
+//                              the decay tick, the background thread, the memory limit
 //   core/heap.h                this facade (with core/deferred.h, the deferred frees
 //                              built on it)
 //

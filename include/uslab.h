@@ -110,8 +110,8 @@ void   uslab_free_bulk(size_t n, void **ptrs);
  * nest, may be used in signal handlers, and cost no atomic instruction or fence (the
  * writers' side uses membarrier). Pointers are batched per CPU in page-sized blocks
  * and freed in bulk once their grace period is over; this happens on uslab's own
- * slow paths (and on a background thread with USLAB_CONF=background_thread=true), so
- * no other call is needed for memory to come back. NULL is a no-op.
+ * slow paths and on the background thread (README, "When memory comes back"), so no
+ * other call is needed for memory to come back. NULL is a no-op.
  * uslab_synchronize and uslab_deferred_barrier wait, so calling them inside a
  * read-side section is reported and aborts. */
 void uslab_read_lock(void);          /* enter a read-side section; nestable */

@@ -1,6 +1,8 @@
 // core/alloc/alloc.h — umbrella of the allocator layer (shards, segments, page heaps,
-// central slab lists, depots, huge cache, per-CPU sheaves, thread caches, metadata, grace periods). Includes only the data-structure layer below
-// it; the Heap facade (core/heap.h) is the only includer.
+// central slab lists, depots, huge cache, per-CPU sheaves, thread caches, metadata,
+// grace periods, the decay tick, the background thread, the memory limit). Includes
+// only the data-structure layer below it; the Heap facade (core/heap.h) is the only
+// includer.
 #pragma once
 
 #include "core/alloc/background.h"

@@ -12,7 +12,7 @@
 // frees the batch to the slabs (grouped by slab, one class lock per batch and
 // owning shard). The bound is 256 KiB of objects per class over all shards (at
 // least 64 KiB per shard). Idle sheaves decay: every tick (a sixteenth of
-// decay_ms, decay_maybe_tick in percpu.h), the sheaves that stayed in the depot
+// decay_ms, decay.h), the sheaves that stayed in the depot
 // through the whole last interval (its low-water mark) go back to the slabs, as
 // tcmalloc's transfer cache is plundered.
 //

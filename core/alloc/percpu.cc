@@ -1,6 +1,6 @@
 // core/alloc/percpu.cc — per-CPU sheaves: set-up, refill and drain, adaptive
-// capacity, draining for trim, the decay tick, the remote-node buffers and their
-// flush, stats and fork; a CPU's metadata and sheaf slots backed with writable pages
+// capacity, draining for trim, the decay tick's share, the remote-node buffers and
+// their flush, stats and fork; a CPU's metadata and sheaf slots backed with writable pages
 // before they are read (first_touch.h). See percpu.h for the layout and the rules;
 // CpuMeta::lock guards everything in a CpuMeta (but its relaxed statistics counters)
 // and the `end` fields of that CPU's headers; cpu_prepared_ is set lock-free (an

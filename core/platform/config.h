@@ -56,8 +56,8 @@ constexpr uint64_t kMemoryLimitNone = UINT64_MAX;
 extern Config g_config;
 
 // The decay schedule that keeps decay_ms a bound, not a minimum: the tick (on slow
-// paths, percpu.h decay_maybe_tick) runs every decay_ms/16; caches give back on it
-// what went unused over a tick, which takes at most two ticks after the program's
+// paths and the background thread, decay.h) runs every decay_ms/16; caches give back
+// on it what went unused over a tick, which takes at most two ticks after the program's
 // free (a depot sheaf must stay unused over a whole interval), and free pages are
 // purged on the first tick after they are decay_purge_age_ms old. Freed memory is
 // thus returned within 2 + 12 + 1 ticks, with one left for ticks that run late (on

@@ -1,6 +1,7 @@
 // core/platform/platform.h — umbrella of the platform layer (raw syscalls, the
 // futex Mutex, run-time configuration, rseq registration, the topology providers,
-// USDT probes). Higher layers include this header only.
+// the control group's memory limit, starting the allocator's own thread, USDT
+// probes). Higher layers include this header only.
 #pragma once
 
 #include "core/platform/cgroup.h"
