@@ -65,6 +65,16 @@ DeferBlock* new_block() {
   return b;
 }
 
+// Bytes of the objects in sealed blocks and the emergency chain. The queue lock only
+// (the tick that asks may run inside an allocation made under a slot's lock).
+size_t sealed_bytes() {
+  LockGuard g(queue_lock_);
+  size_t bytes = chain_bytes_;
+  for (DeferBlock* b = head_; b; b = b->next)
+    for (size_t i = 0; i < b->count; i++) bytes += usable_size(b->ptrs[i]);
+  return bytes;
+}
+
 // Decides once whether the per-CPU deferred sheaves are used (they need rseq
 // fences, so a barrier can empty the sheaves of other CPUs) and sets up the slots.
 void decide() {
@@ -79,7 +89,7 @@ void decide() {
   chain_secret_ = os::random_u64();
   g_defer_percpu = percpu_decide() && rseq_fence_available();
   decided_.store(true, std::memory_order_release);
-  static constexpr DecayHooks kHooks{deferred_tick, deferred_pending_objects};
+  static constexpr DecayHooks kHooks{deferred_tick, deferred_pending_objects, sealed_bytes};
   __atomic_store_n(&g_decay_hooks, &kHooks, __ATOMIC_RELEASE);
 }
 
@@ -426,27 +436,20 @@ DeferredStats deferred_stats(size_t* per_class) {
   DeferredStats st{};
   if (per_class) memset(per_class, 0, kMaxClasses * sizeof(size_t));
   if (decided_.load(std::memory_order_acquire)) {
-    size_t open = percpu_defer_pending();
-    for (uint32_t i = 0; i < nslots_; i++) {
-      LockGuard g(slots_[i].lock);
-      if (slots_[i].open) open += slots_[i].open->count;
-    }
+    st.objects_pending = deferred_pending_objects();
+    st.bytes_waiting = sealed_bytes();
     LockGuard g(queue_lock_);
-    for (DeferBlock* b = head_; b; b = b->next)
-      for (size_t i = 0; i < b->count; i++) {
-        st.bytes_waiting += usable_size(b->ptrs[i]);
-        if (per_class) per_class[PageMap::entry(b->ptrs[i]) & PageMap::kClassMask]++;
-      }
-    st.bytes_waiting += chain_bytes_;
-    if (per_class)
+    if (per_class) {
+      for (DeferBlock* b = head_; b; b = b->next)
+        for (size_t i = 0; i < b->count; i++) per_class[PageMap::entry(b->ptrs[i]) & PageMap::kClassMask]++;
       for (void* p = chain_; p;) {
         per_class[PageMap::entry(p) & PageMap::kClassMask]++;
         bool ok;
         p = chain_next(p, &ok);
       }
+    }
     st.blocks = blocks_;
     st.emergency_objects = chain_count_;
-    st.objects_pending = open + sealed_objects_ + chain_count_;
     st.blocks_freed = blocks_freed_;
     st.batches_freed = blocks_freed_ + chains_freed_;
     st.objects_freed = objects_freed_;

@@ -40,10 +40,12 @@ void run_tick() {
   if (const DecayHooks* h = hooks()) h->tick();
   page_heap_purge_all(false);  // pages free for decay_purge_age_ms, even if a heap saw no call since
   huge_cache_purge(false);
-  // A program whose caches and free pages hold this much gets the thread even when
-  // no single heap crossed the mark (background_thread=auto).
-  if (background_state() == BackgroundState::kIdle && decay_backlog().bytes >= kBackgroundStartBytes)
-    background_want();
+  // A program whose caches, free pages and deferred frees hold this much gets the
+  // thread even when no single heap crossed the mark (background_thread=auto).
+  if (background_state() == BackgroundState::kIdle) {
+    const DecayHooks* h = hooks();
+    if (decay_backlog().bytes + (h ? h->pending_bytes() : 0) >= kBackgroundStartBytes) background_want();
+  }
 }
 
 }  // namespace

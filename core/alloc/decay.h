@@ -42,10 +42,12 @@ uint64_t decay_next_tick_ms();
 // with nothing to give back).
 void decay_postpone_tick();
 // The facade's share (deferred frees, set once they are in use): its part of the
-// tick, and how many objects still wait for one.
+// tick, how many objects still wait for one, and the bytes of those sealed in blocks
+// (dearer: for the background thread's start only).
 struct DecayHooks {
   void (*tick)();
   size_t (*pending)();
+  size_t (*pending_bytes)();
 };
 extern const DecayHooks* g_decay_hooks;
 
