@@ -8,19 +8,26 @@ from wait4's rusage) and, where `perf stat` can count them on this machine,
 hardware counters (cycles, instructions, cache misses). Prints one table: median and
 min-max of each measure, and the ratio of uslab's median to the first competitor's.
 
-A run that exits non-zero, or whose standard output differs from the first
-allocator's warm-up run, is flagged and left out of the medians. When the output
-already differs between runs under one allocator, the program is taken to print
-run-dependent output and the comparison is switched off (with a note). A program
-that brings its own allocator gets a warning: preloading may not measure what it
-seems.
+Every run gets the same standard input: --input FILE, or, when ab's own standard
+input is not a terminal, what it holds (read once, replayed to each run), else
+/dev/null (a run that read the shared stdin would leave nothing for the next ones).
 
-usage: ab.py --spawn PATH --lib ALLOC=PATH... [-n RUNS] [--json FILE] -- CMD...
+A run that exits non-zero, or whose standard output differs from the first
+allocator's warm-up run, is flagged and left out of the medians, and no ratio is
+printed. When the output already differs between runs under one allocator, the
+program is taken to print run-dependent output and the comparison is switched off
+(with a note). Each allocator's warm-up runs with LD_DEBUG=bindings: where `malloc`
+is not bound to that allocator in every object of the run (a static binary, a
+program with its own allocator), the table says so and gives no ratio against it.
+A program that brings its own allocator also gets a warning up front.
+
+usage: ab.py --spawn PATH --lib ALLOC=PATH... [-n RUNS] [--input FILE] [--json FILE] -- CMD...
 """
 import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -67,18 +74,50 @@ def perf_events():
     return ok
 
 
-def run_once(spawn, cmd, lib, events, tmp):
-    """One run; returns a dict of measures, the exit status and a hash of stdout."""
+BINDING = re.compile(r"binding file (\S*) \[\d+\] to (\S+) \[\d+\]: normal symbol `malloc'")
+
+
+def malloc_bindings(directory):
+    """The objects `malloc` was bound to in the LD_DEBUG=bindings files of a run."""
+    bound = set()
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name), errors="replace") as f:
+            for line in f:
+                m = BINDING.search(line)
+                if m:
+                    bound.add(os.path.basename(m.group(2)))
+    return bound
+
+
+def served(lib, bound):
+    """None when the allocator (lib; "" for glibc) served every malloc of the run, else why not."""
+    expected = os.path.basename(lib) if lib else "libc.so.6"
+    if not bound:
+        return "no object of the run binds malloc (a static binary, or no call at all)"
+    others = sorted(bound - {expected})
+    if others:
+        return f"malloc is bound to {', '.join(others)}" + (
+            f" as well as {expected}" if expected in bound else f", not {expected}")
+    return None
+
+
+def run_once(spawn, cmd, lib, events, tmp, stdin_path, bindings_dir=None):
+    """One run; returns a dict of measures, the exit status and a hash of stdout. With
+    bindings_dir, LD_DEBUG=bindings writes the dynamic linker's bindings there."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
-    if lib:
-        env["LD_PRELOAD"] = lib
+    # The preload (and the bindings' log) for the command alone, through spawn.
+    child = [f"LD_PRELOAD={lib}"] if lib else []
+    if bindings_dir:
+        child += ["LD_DEBUG=bindings", f"LD_DEBUG_OUTPUT={os.path.join(bindings_dir, 'ld')}"]
     tfile = os.path.join(tmp, "spawn.txt")
     pfile = os.path.join(tmp, "perf.txt")
-    argv = [spawn, tfile] + cmd
+    argv = [spawn, tfile] + [x for kv in child for x in ("-e", kv)] + cmd
     if events:
         argv = ["perf", "stat", "-x,", "-o", pfile, "-e", ",".join(events), "--"] + argv
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    with open(stdin_path, "rb") as stdin:
+        proc = subprocess.run(argv, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL)
     with open(tfile) as f:
         wall, user, sys_, rss, minor, status = f.read().split()[:6]
     run = {"wall_s": int(wall) / 1e6, "user_s": int(user) / 1e6, "sys_s": int(sys_) / 1e6,
@@ -97,6 +136,7 @@ def main():
     ap.add_argument("--spawn", required=True, help="the bench/spawn launcher")
     ap.add_argument("--lib", action="append", required=True, help="NAME=PATH ('' for glibc)")
     ap.add_argument("-n", type=int, default=10)
+    ap.add_argument("--input", help="the standard input of every run")
     ap.add_argument("--json")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
@@ -113,12 +153,25 @@ def main():
     runs = {a: [] for a in names}
     flagged = []
     compare = True
+    not_served = {}
     with tempfile.TemporaryDirectory() as tmp:
+        if args.input:
+            stdin_path = args.input
+        elif not sys.stdin.isatty():
+            stdin_path = os.path.join(tmp, "stdin")
+            with open(stdin_path, "wb") as f:
+                shutil.copyfileobj(sys.stdin.buffer, f)
+        else:
+            stdin_path = os.devnull
         reference = {}
-        for a in names:  # warm-up
+        for a in names:  # warm-up, with the dynamic linker's bindings
             print(f"uslab ab: warm-up: {a}", file=sys.stderr)
-            _, status, digest = run_once(args.spawn, cmd, allocs[a], events, tmp)
+            ld = tempfile.mkdtemp(dir=tmp)
+            _, status, digest = run_once(args.spawn, cmd, allocs[a], events, tmp, stdin_path, ld)
             reference[a] = digest
+            why = served(allocs[a], malloc_bindings(ld))
+            if why:
+                not_served[a] = why
         ref = reference[names[0]]
         total = args.n * len(names)
         done = 0
@@ -126,7 +179,7 @@ def main():
             for a in (names if i % 2 == 0 else names[::-1]):
                 done += 1
                 print(f"uslab ab: [{done}/{total}] {a}", file=sys.stderr)
-                run, status, digest = run_once(args.spawn, cmd, allocs[a], events, tmp)
+                run, status, digest = run_once(args.spawn, cmd, allocs[a], events, tmp, stdin_path)
                 run.update(allocator=a, round=i, status=status)
                 if compare and a == names[0] and digest != ref:
                     compare = False  # one allocator, two outputs: run-dependent output
@@ -142,6 +195,10 @@ def main():
                     runs[a].append(run)
     measures = ["wall_s", "user_s", "sys_s", "peak_rss_mib", "minor_faults"] + events
     peer = names[1] if len(names) > 1 else None
+    # Ratios only between runs that measured what they seem to: the same output, and
+    # each allocator serving the program's malloc.
+    differ = any(r["flag"].startswith("output differs") for r in flagged)
+    ratios = peer and not differ and names[0] not in not_served and peer not in not_served
     print(f"Command: {' '.join(cmd)}\nRuns: {args.n} per allocator after one warm-up, "
           f"alternating\n")
     print("| measure | " + " | ".join(f"{a} median (min-max)" for a in names) +
@@ -159,7 +216,7 @@ def main():
             cells.append(f"{fmt.format(med[a])} ({fmt.format(min(v))}-{fmt.format(max(v))})")
         ratio = ""
         if peer:
-            ratio = f" | {med[names[0]] / med[peer]:.2f}" if med.get(peer) else " | —"
+            ratio = f" | {med[names[0]] / med[peer]:.2f}" if ratios and med.get(peer) else " | —"
         print(f"| {m} | " + " | ".join(cells) + ratio + " |")
     print()
     if not events:
@@ -168,13 +225,17 @@ def main():
     if not compare:
         print("Note: the output differs between runs under one allocator; outputs were "
               "not compared.")
+    for a, why in not_served.items():
+        print(f"Not served: {a} did not serve this run's allocations ({why}); no ratio against it.")
+    if differ:
+        print("Not compared: runs differ in output (flagged below); no ratios.")
     for r in flagged:
         print(f"Flagged: {r['allocator']} run {r['round'] + 1}: {r['flag']} (left out)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": cmd, "runs": [r for a in names for r in runs[a]] + flagged},
                       f, indent=1)
-    return 1 if flagged and all(not runs[a] for a in names) else 0
+    return 1 if (flagged and all(not runs[a] for a in names)) or names[0] in not_served else 0
 
 
 if __name__ == "__main__":

@@ -3,11 +3,15 @@
  * process's few pages, not from the (larger) caller's, which Linux would carry into
  * the child's ru_maxrss across fork and exec. Writes to OUT one line:
  *   wall_us user_us sys_us maxrss_kib minor_faults status
- * where status is the exit code, or 128 + the signal number.
+ * where status is the exit code, or 128 + the signal number. Each -e NAME=VALUE is put
+ * into the command's environment only (LD_PRELOAD, LD_DEBUG: the launcher itself, and
+ * perf around it, run without them, so the bindings ab reads are the command's).
  *
- * usage: spawn OUT CMD [ARG...] */
+ * usage: spawn OUT [-e NAME=VALUE]... CMD [ARG...] */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -16,16 +20,19 @@
 static long long usec(struct timeval t) { return (long long)t.tv_sec * 1000000 + t.tv_usec; }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: spawn OUT CMD [ARG...]\n");
+  int cmd = 2;
+  while (cmd + 1 < argc && !strcmp(argv[cmd], "-e")) cmd += 2;
+  if (cmd >= argc) {
+    fprintf(stderr, "usage: spawn OUT [-e NAME=VALUE]... CMD [ARG...]\n");
     return 2;
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   pid_t pid = fork();
   if (pid == 0) {
-    execvp(argv[2], argv + 2);
-    perror(argv[2]);
+    for (int i = 2; i < cmd; i += 2) putenv(argv[i + 1]);
+    execvp(argv[cmd], argv + cmd);
+    perror(argv[cmd]);
     _exit(127);
   }
   int status;

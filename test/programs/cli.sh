@@ -2,8 +2,10 @@
 # test/programs/cli.sh TOOLS_USLAB BUILD_DIR — each uslab subcommand on real programs:
 # run and stats on sort (output equal to sort's without uslab; the table names the
 # mode), path, ab on a deterministic program (table with ratios), on a failing one
-# (runs flagged, non-zero exit) and on one whose output changes every run (the
-# comparison switched off with a note), and bench on its quickest benchmark (with
+# (runs flagged, non-zero exit), on one whose output changes every run (the
+# comparison switched off with a note), with piped and --input standard input (the
+# same for every run), on a static binary and a program with its own allocator (no
+# ratio: the allocator did not serve it), and bench on its quickest benchmark (with
 # --plot where matplotlib is installed).
 set -u
 uslab=$1
@@ -50,6 +52,30 @@ check '[ $(grep -c "^Flagged: .*exit status 3" "$work/fail.out") -eq 4 ]' "ab fl
 "$uslab" ab -n 2 -- sh -c 'date +%s%N' > "$work/rand.out" 2>/dev/null
 check 'grep -q "outputs were not compared" "$work/rand.out"' "ab notes run-dependent output"
 check '! grep -q "^Flagged" "$work/rand.out"' "ab does not flag run-dependent output"
+
+# Every run reads the same input: piped into ab (read once, replayed), or --input.
+# A run that read the shared stdin would leave the later ones "0" lines, flagged.
+"$uslab" ab -n 2 -- wc -l < "$work/data" > "$work/stdin.out" 2>/dev/null
+check '! grep -q -e "^Flagged" -e "^Not served" -e "^Not compared" "$work/stdin.out" && grep -q "uslab/jemalloc" "$work/stdin.out"' \
+  "ab replays piped standard input to every run ($(cat "$work/stdin.out"))"
+"$uslab" ab -n 2 --input "$work/data" -- wc -l < /dev/null > "$work/input.out" 2>/dev/null
+check '! grep -q -e "^Flagged" -e "^Not served" -e "^Not compared" "$work/input.out"' "ab --input gives every run the file ($(cat "$work/input.out"))"
+
+# An allocator that did not serve the run gets no ratio: a static binary (nothing
+# can be preloaded into it), a program linked with its own allocator (glibc's
+# malloc is not what redis-server calls).
+printf '#include <stdio.h>\n#include <stdlib.h>\nint main(void){char*p=malloc(64);snprintf(p,64,"x");puts(p);free(p);return 0;}\n' > "$work/st.c"
+if cc -static -O1 -o "$work/st" "$work/st.c" 2>/dev/null; then
+  "$uslab" ab -n 1 -- "$work/st" > "$work/static.out" 2>/dev/null
+  rc=$?
+  check '[ $rc -ne 0 ] && grep -q "^Not served: uslab .*static binary" "$work/static.out" && grep -q "| wall_s | .* | — |" "$work/static.out"' \
+    "ab refuses ratios for a static binary ($(cat "$work/static.out"))"
+fi
+if command -v redis-server >/dev/null; then
+  "$uslab" ab -n 1 --vs glibc -- redis-server --version > "$work/own.out" 2>/dev/null
+  check 'grep -q "^Not served: glibc .*libjemalloc" "$work/own.out" && ! grep -q "^Not served: uslab" "$work/own.out" && grep -q "| wall_s | .* | — |" "$work/own.out"' \
+    "ab refuses the ratio against glibc for a program linked with jemalloc ($(cat "$work/own.out"))"
+fi
 
 # --plot needs matplotlib, which uslab bench installs when asked; checked where it is
 # already there (the test does not install it).
