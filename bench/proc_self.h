@@ -5,7 +5,6 @@
 #ifndef USLAB_BENCH_PROC_SELF_H
 #define USLAB_BENCH_PROC_SELF_H
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +60,13 @@ static inline int for_each_task(void (*fn)(long tid, void *arg), void *arg) {
   if (fd < 0) return -1;
   while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0)
     for (long off = 0; off < n;) {
-      struct dirent64 *d = (struct dirent64 *)(buf + off);
+      struct {  /* the kernel's linux_dirent64 */
+        unsigned long long d_ino;
+        long long d_off;
+        unsigned short d_reclen;
+        unsigned char d_type;
+        char d_name[];
+      } *d = (void *)(buf + off);
       off += d->d_reclen;
       if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
       count++;

@@ -146,15 +146,33 @@ size_t usable_size(const void* p) {
 
 namespace {
 
+// Whether an object of `size` bytes is huge (a mapping of its own; alloc_large).
+bool huge_size(size_t size) { return pages_for(size) > PageHeap::kMaxPages; }
+
+// Resizes huge span l's mapping (mremap, segment_resize_huge) to `size`, moving it
+// only with `may_move`; the span, moved or not, or nullptr (nothing changed).
+Span* huge_resize(Span* l, size_t size, bool may_move) {
+  size_t old = l->bytes();
+  if (size > old && !limit_admit(size - old)) return nullptr;  // memory_limit.h
+  Segment* seg = segment_resize_huge(l->segment, size, may_move);
+  if (!seg) return nullptr;
+  g_huge_bytes.fetch_add(seg->huge_span->bytes() - old, std::memory_order_relaxed);
+  return seg->huge_span;
+}
+
 // Resizes large span l (object p) in place to `size` bytes when its pages allow;
 // false when the object must move.
 bool large_resize_in_place(Span* l, size_t size) {
   if (size <= kMaxSmall || size > kMaxRequest) return false;
   size_t want = pages_for(size);
-  // A huge mapping is kept while the object still fills at least half of it, or,
-  // guarded, its pages exactly (the guard must stay right after the object).
-  if (is_huge(l))
-    return g_config.guard ? want == l->npages : size <= l->bytes() && size >= l->bytes() / 2;
+  // A huge mapping is kept while the object still fills at least half of it, and
+  // otherwise resized where it is, while the object stays huge; guarded, its pages
+  // must stay exactly (the guard sits right after the object).
+  if (is_huge(l)) {
+    if (g_config.guard) return want == l->npages;
+    if (size <= l->bytes() && size >= l->bytes() / 2) return true;
+    return huge_size(size) && huge_resize(l, size, false);
+  }
   if (want <= l->npages) {
     if (want < l->npages) page_heap_of(l).shrink(l, want);
     return true;
@@ -199,8 +217,13 @@ void* realloc(void* p, size_t size) {
   } else if (Span* l = large_of(p, e)) {
     old_size = l->bytes();
     bool resized = large_resize_in_place(l, size);
+    // A huge block that must grow moves its pages to a bigger mapping, not a copy:
+    // the peak holds the block once (a copy held both until the free).
+    Span* moved = !resized && is_huge(l) && !g_config.guard && huge_size(size)
+                      ? huge_resize(l, size, true) : nullptr;
     decay_notice();
     if (resized) return p;
+    if (moved) return moved->start;
   } else {
     config_init();
     report_bad_free(p, "realloc of invalid pointer", 0);

@@ -88,6 +88,37 @@ Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard)
   return seg;
 }
 
+Segment* segment_resize_huge(Segment* seg, size_t bytes, bool may_move) {
+  Span* span = seg->huge_span;
+  size_t offset = static_cast<size_t>(span->start - seg->base());
+  size_t obj_bytes = (bytes + kPageSize - 1) & ~(kPageSize - 1);
+  size_t old_total = seg->mapped_bytes, total = offset + obj_bytes;
+  if (obj_bytes < bytes || total < obj_bytes) return nullptr;
+  if (!os::remap_in_place(seg, old_total, total)) {
+    if (!may_move || total < old_total) return nullptr;
+    // A range of the new size on a segment boundary (transparent huge pages line up
+    // as in segment_create_huge), which the pages then move into.
+    char* to = static_cast<char*>(os::map_aligned(total, kSegmentSize));
+    if (!to) return nullptr;
+    if (!PageMap::reserve(to + offset, kPageSize) || !os::remap_to(seg, old_total, total, to)) {
+      os::unmap(to, total);
+      return nullptr;
+    }
+    PageMap::clear(span->start);
+    seg = reinterpret_cast<Segment*>(to);  // its header moved with the pages
+    span->start = to + offset;
+    span->segment = seg;
+    PageMap::set(span->start, span);
+  }
+  seg->mapped_bytes = total;
+  span->npages = static_cast<uint32_t>(obj_bytes >> kPageShift);
+  if (total > old_total)
+    limit_note_mapped(g_segment_bytes.fetch_add(total - old_total, std::memory_order_relaxed) + total - old_total);
+  else
+    g_segment_bytes.fetch_sub(old_total - total, std::memory_order_relaxed);
+  return seg;
+}
+
 void segment_destroy(Segment* seg) {
   size_t bytes = seg->mapped_bytes;
   if (seg->kind == SegmentKind::kHuge)

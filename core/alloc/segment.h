@@ -195,6 +195,12 @@ Segment* segment_create_normal(bool advise = false, bool huge = false);
 // before the object and one after its last page are made inaccessible (the guard
 // option: an overflow or underflow faults at once).
 Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard = false);
+// Resizes an unguarded huge segment's object to `bytes` with mremap, its pages kept
+// (glibc grows its mmapped chunks the same way): in place when the address space
+// after it is free or the object shrinks; else, with `may_move`, moved to a fresh
+// segment-aligned range without copying. The span and its page-map entry follow.
+// The segment (moved or not), or nullptr when it could not be done (nothing changed).
+Segment* segment_resize_huge(Segment* seg, size_t bytes, bool may_move);
 // Unmap (normal or huge), with its page-map entries: a normal segment's all go (its
 // free span's bounds included), a huge one's is its object's.
 void segment_destroy(Segment* seg);

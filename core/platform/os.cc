@@ -106,6 +106,15 @@ void* fail_nomem() {
 
 void unmap(void* p, size_t bytes) { syscall6(SYS_munmap, (long)p, (long)bytes); }
 
+bool remap_in_place(void* p, size_t old_bytes, size_t new_bytes) {
+  return syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes, 0) == (long)p;
+}
+
+bool remap_to(void* p, size_t old_bytes, size_t new_bytes, void* to) {
+  return syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes,
+                  MREMAP_MAYMOVE | MREMAP_FIXED, (long)to) == (long)to;
+}
+
 void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
 
 void populate(const void* p, size_t bytes) {

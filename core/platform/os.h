@@ -30,6 +30,11 @@ void* map(size_t bytes);
 // Mapping of `bytes` whose start is aligned to `align` (a power of two ≥ page size).
 void* map_aligned(size_t bytes, size_t align);
 void unmap(void* p, size_t bytes);
+// mremap: the mapping at p (old_bytes) resized to new_bytes where it is (true when the
+// address space after it was free, or when it shrinks), or moved to `to`, a mapping
+// of new_bytes it replaces (MREMAP_FIXED: pages move, nothing is copied).
+bool remap_in_place(void* p, size_t old_bytes, size_t new_bytes);
+bool remap_to(void* p, size_t old_bytes, size_t new_bytes, void* to);
 // Return pages to the OS; the range reads as zero afterwards.
 void purge(void* p, size_t bytes);
 // Backs the pages overlapping [p, p + bytes) with writable memory now

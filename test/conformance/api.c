@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include "bench/proc_self.h"
 #include "test/common/check.h"
 
 /* C23; glibc 2.36 lacks them, so they are looked up at run time (uslab's). */
@@ -133,6 +134,49 @@ static void test_realloc(void) {
   free(r);
 }
 
+/* Huge blocks (above 4 MiB) grow and shrink by moving their pages (mremap), as
+ * glibc's mmapped chunks do: contents kept, usable size followed, and the peak holds
+ * the block once, where a copy held old and new until the free. (Guarded blocks are
+ * copied: their guard page must stay right after the object.) */
+static void test_huge_realloc(void) {
+  const char *conf = getenv("USLAB_CONF");
+  int guard = conf && strstr(conf, "guard=true");
+  long before = rss_kib();
+  size_t n = (size_t)8 << 20;
+  unsigned char *p = malloc(n);
+  CHECK(p != NULL);
+  if (!p) return;
+  for (size_t i = 0; i < n; i += 4096) p[i] = (unsigned char)(i >> 12);
+  long peak = 0;
+  for (int round = 0; round < 4; round++) {
+    size_t m = n * 2;
+    unsigned char *q = realloc(p, m);
+    CHECK(q != NULL);
+    if (!q) break;
+    p = q;
+    int same = 1;
+    for (size_t i = 0; i < n; i += 4096) same &= p[i] == (unsigned char)(i >> 12);
+    CHECK(same);
+    CHECK(malloc_usable_size(p) >= m);
+    for (size_t i = n; i < m; i += 4096) p[i] = (unsigned char)(i >> 12);
+    n = m;
+    long now = rss_kib();
+    if (now > peak) peak = now;
+  }
+  /* 128 MiB written: resident once, plus slack (not old + new: 192 MiB). */
+  if (!guard) CHECK(peak - before < 150 * 1024);
+  unsigned char *s = realloc(p, (size_t)20 << 20);
+  CHECK(s != NULL);
+  if (s) {
+    p = s;
+    CHECK(malloc_usable_size(p) >= ((size_t)20 << 20));
+    int same = 1;
+    for (size_t i = 0; i < ((size_t)20 << 20); i += 4096) same &= p[i] == (unsigned char)(i >> 12);
+    CHECK(same);
+  }
+  free(p);
+}
+
 static void test_alignment(void) {
   void *p = (void *)1;
   CHECK(posix_memalign(&p, 3, 16) == EINVAL && p == (void *)1);
@@ -223,6 +267,7 @@ int main(void) {
   test_free_preserves_errno();
   test_calloc();
   test_realloc();
+  test_huge_realloc();
   test_alignment();
   test_sized_frees_and_extras();
   return check_done("api");

@@ -171,6 +171,32 @@ TEST_CASE("realloc stays in place within a class and a growing large span") {
   heap::free(shrunk);
 }
 
+TEST_CASE("a huge block grows and shrinks by moving its pages, not by a copy") {
+  if (g_config.guard) return;
+  constexpr size_t kMiB = size_t{1} << 20;
+  auto* p = static_cast<unsigned char*>(heap::alloc(8 * kMiB));
+  for (size_t i = 0; i < 8 * kMiB; i += 4096) p[i] = static_cast<unsigned char>(i >> 12);
+  size_t mapped = segment_mapped_bytes();
+  // Grown: in place or moved, the segments hold the block once (a copy would map
+  // both until the free, and keep the old one in the huge cache after it).
+  auto* q = static_cast<unsigned char*>(heap::realloc(p, 64 * kMiB));
+  REQUIRE(q != nullptr);
+  REQUIRE(heap::usable_size(q) >= 64 * kMiB);
+  REQUIRE(segment_mapped_bytes() - mapped <= 56 * kMiB + kPageSize);
+  bool same = true;
+  for (size_t i = 0; i < 8 * kMiB; i += 4096) same &= q[i] == static_cast<unsigned char>(i >> 12);
+  REQUIRE(same);
+  if (q != p) REQUIRE_FALSE(heap::owns(p));  // the old address is no longer uslab's
+  // Shrunk below half, still huge: in place, the tail unmapped.
+  REQUIRE(heap::realloc(q, 12 * kMiB) == q);
+  REQUIRE(heap::usable_size(q) == 12 * kMiB);
+  REQUIRE(segment_mapped_bytes() <= mapped + 4 * kMiB + kPageSize);
+  // xallocx never moves: growing in place only, or the size stays.
+  size_t now = heap::resize_in_place(q, 200 * kMiB);
+  REQUIRE((now == 12 * kMiB || now >= 200 * kMiB));
+  heap::free(q);
+}
+
 TEST_CASE("zeroed allocation is zero even when memory is reused") {
   for (size_t size : {size_t{8}, size_t{100}, size_t{4000}, size_t{40000}, size_t{3000000}}) {
     std::vector<char*> ps;
