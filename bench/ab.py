@@ -101,13 +101,17 @@ def served(lib, bound):
     return None
 
 
-def run_once(spawn, cmd, lib, events, tmp, stdin_path, bindings_dir=None):
-    """One run; returns a dict of measures, the exit status and a hash of stdout. With
-    bindings_dir, LD_DEBUG=bindings writes the dynamic linker's bindings there."""
+def run_once(spawn, cmd, lib, events, tmp, stdin_path, bindings_dir=None, cwd=None,
+             command_env=None, keep_stdout=False):
+    """One run (in cwd); returns a dict of measures, the exit status and a hash of stdout
+    (the stdout itself with keep_stdout). With bindings_dir, LD_DEBUG=bindings writes
+    the dynamic linker's bindings there; command_env is added to the command's
+    environment."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     # The preload (and the bindings' log) for the command alone, through spawn.
-    child = [f"LD_PRELOAD={lib}"] if lib else []
+    child = [f"{k}={v}" for k, v in (command_env or {}).items()]
+    child += [f"LD_PRELOAD={lib}"] if lib else []
     if bindings_dir:
         child += ["LD_DEBUG=bindings", f"LD_DEBUG_OUTPUT={os.path.join(bindings_dir, 'ld')}"]
     tfile = os.path.join(tmp, "spawn.txt")
@@ -117,7 +121,7 @@ def run_once(spawn, cmd, lib, events, tmp, stdin_path, bindings_dir=None):
         argv = ["perf", "stat", "-x,", "-o", pfile, "-e", ",".join(events), "--"] + argv
     with open(stdin_path, "rb") as stdin:
         proc = subprocess.run(argv, env=env, stdin=stdin, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL)
+                              stderr=subprocess.DEVNULL, cwd=cwd)
     with open(tfile) as f:
         wall, user, sys_, rss, minor, status = f.read().split()[:6]
     run = {"wall_s": int(wall) / 1e6, "user_s": int(user) / 1e6, "sys_s": int(sys_) / 1e6,
@@ -128,7 +132,8 @@ def run_once(spawn, cmd, lib, events, tmp, stdin_path, bindings_dir=None):
                 p = line.split(",")
                 if len(p) > 2 and p[2] in events and p[0].replace(".", "").isdigit():
                     run[p[2]] = float(p[0])
-    return run, int(status), hashlib.sha256(proc.stdout).hexdigest()
+    digest = hashlib.sha256(proc.stdout).hexdigest()
+    return (run, int(status), digest, proc.stdout) if keep_stdout else (run, int(status), digest)
 
 
 def main():

@@ -32,6 +32,10 @@ Benchmarks (default: all):
                 RSS over time, time until back within max(10%, 2 MiB) of the level
                 before the peak, the allocator's threads' CPU time and wake-ups;
                 every allocator with its defaults, and jemalloc's background threads
+  apps          real programs from Debian's packages on generated workloads (bench/apps.py:
+                sqlite3, python3, perl, lua, g++, git, ghostscript, z3, rocksdb's db_bench,
+                redis-server with redis-benchmark), output checked against glibc's run:
+                wall time and peak RSS, ratios, geometric means, a chart
   bigblocks     the page-fault storm: 300 times a block of 5 … 25 MiB allocated,
                 every page written, freed; wall/user/sys seconds and minor faults
                 against glibc
@@ -58,6 +62,7 @@ usage: run.py --build DIR [NAME...] [--rounds N] [--json FILE] [--plot DIR]
 """
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -606,6 +611,117 @@ def bench_idle(args, allocs, out):
     out["idle"] = {f"{n}/{w}": rows for (n, w), rows in results.items()}
 
 
+def geomean(values):
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def bench_apps(args, allocs, out):
+    """Real programs (bench/apps.py) under every allocator: wall time and peak RSS."""
+    import ab
+    import apps
+    spawn = os.path.join(args.build, "bench", "spawn")
+    present = [a for a in apps.APPS if shutil.which(a.binary)]
+    for a in apps.APPS:
+        if a not in present:
+            print(f"Skipped: {a.name} ({a.binary} is not installed: apt-get install {a.package})\n")
+    results = {}      # (app, allocator) -> [run]
+    flagged = []      # (app, allocator, why)
+    not_served = {}   # (app, allocator) -> why
+    work = tempfile.mkdtemp()
+    dirs = {}
+    for i, app in enumerate(present):
+        dirs[app.name] = os.path.join(work, f"app{i}")
+        os.makedirs(dirs[app.name])
+        if app.prepare:
+            app.prepare(dirs[app.name])
+    reference = {}  # app -> stdout digest of the reference allocator
+
+    def run(app, a, lib, bindings=None):
+        d = dirs[app.name]
+        if app.server:
+            wall, hwm, ok = apps.redis_run(lib, d)
+            return {"wall_s": wall, "peak_rss_mib": hwm / 1024}, 0 if ok else 1, None, b""
+        stdin = os.path.join(d, app.stdin) if app.stdin else os.devnull
+        return ab.run_once(spawn, app.cmd, lib, [], work, stdin, bindings, cwd=d,
+                           command_env=app.env, keep_stdout=True)
+
+    # Warm-ups: the reference output (glibc's, or the first allocator's for a program
+    # linked with its own allocator) and whether each allocator served the program.
+    for app in present:
+        order = (["glibc"] if "glibc" in allocs else []) + [a for a in allocs if a != "glibc"]
+        for a in order:
+            ld = tempfile.mkdtemp(dir=work)
+            _, status, digest, _ = run(app, a, allocs[a], None if app.server else ld)
+            if not app.server:
+                why = ab.served(allocs[a], ab.malloc_bindings(ld))
+                if why:
+                    not_served[(app.name, a)] = why
+            elif not allocs[a]:
+                not_served[(app.name, a)] = "redis-server links jemalloc: glibc's malloc is not its"
+            if app.name not in reference and (app.name, a) not in not_served and status == 0:
+                reference[app.name] = digest
+
+    def one(a, lib):
+        for app in present:
+            if (app.name, a) in not_served:
+                continue
+            r, status, digest, stdout = run(app, a, lib)
+            why = None
+            if status != 0:
+                why = f"exit status {status}"
+            elif app.compare and digest != reference.get(app.name):
+                why = "output differs from the reference run"
+            elif app.check and not app.check(stdout):
+                why = "its own check failed"
+            if why:
+                flagged.append((app.name, a, why))
+            else:
+                results.setdefault((app.name, a), []).append(r)
+
+    alternate(allocs, args.rounds, one)
+    shutil.rmtree(work, ignore_errors=True)
+    names = list(allocs)
+    peers = [p for p in ("jemalloc", "mimalloc", "tcmalloc") if p in allocs]
+    print(f"Command: tools/uslab bench apps --rounds {args.rounds} (each program's output "
+          "checked against glibc's run; medians over rounds; time is wall seconds, RSS the "
+          "peak in MiB; — where the allocator did not serve the program or its runs failed)\n")
+    print("| program | " + " | ".join(f"{a} s / MiB" for a in names) +
+          " | uslab/jemalloc time, RSS | uslab / best peer: time, RSS |")
+    print("|" + "---|" * (3 + len(names)))
+    med = {}
+    for app in present:
+        cells = []
+        for a in names:
+            rows = results.get((app.name, a))
+            if rows:
+                med[(app.name, a)] = (statistics.median(r["wall_s"] for r in rows),
+                                      statistics.median(r["peak_rss_mib"] for r in rows))
+                cells.append(f"{med[(app.name, a)][0]:.3f} / {med[(app.name, a)][1]:.1f}")
+            else:
+                cells.append("—")
+        u, j = med.get((app.name, "uslab")), med.get((app.name, "jemalloc"))
+        vs_j = f"{u[0] / j[0]:.2f}, {u[1] / j[1]:.2f}" if u and j else "—"
+        best = [med[(app.name, p)] for p in peers if (app.name, p) in med]
+        vs_best = (f"{u[0] / min(t for t, _ in best):.2f}, {u[1] / min(m for _, m in best):.2f}"
+                   if u and best else "—")
+        print(f"| {app.name} | " + " | ".join(cells) + f" | {vs_j} | {vs_best} |")
+    # Geometric means over the programs every allocator in the ratio served.
+    means = []
+    for a in names:
+        both = [app.name for app in present if (app.name, a) in med and (app.name, "jemalloc") in med]
+        t = geomean(med[(n, a)][0] / med[(n, "jemalloc")][0] for n in both)
+        m = geomean(med[(n, a)][1] / med[(n, "jemalloc")][1] for n in both)
+        means.append(f"{t:.2f} / {m:.2f}" if t else "—")
+    print("| geometric mean, / jemalloc (time / RSS) | " + " | ".join(means) + " | | |")
+    print()
+    for (n, a), why in not_served.items():
+        print(f"Not served: {a} under {n}: {why}")
+    for n, a, why in flagged:
+        print(f"Flagged: {a} under {n}: {why} (left out)")
+    out["apps"] = {f"{n}/{a}": rows for (n, a), rows in results.items()}
+
+
 def bench_bigblocks(args, allocs, out):
     exe = os.path.join(args.build, "bench", "bigblocks")
     iterations = 300
@@ -695,6 +811,29 @@ def plot(out, directory):
             ax.grid(True, alpha=0.3)
             ax.legend()
         save(fig, "rss.png")
+
+    if "apps" in out:
+        fig, axes = plt.subplots(1, 2, figsize=(15, 5.5))
+        res = out["apps"]
+        programs = sorted({k.rsplit("/", 1)[0] for k in res})
+        allocators = [a for a in ("uslab", "mimalloc", "tcmalloc", "glibc")
+                      if any(k.endswith("/" + a) for k in res)]
+        width = 0.8 / max(1, len(allocators))
+        for ax, (measure, label) in zip(axes, (("wall_s", "time"), ("peak_rss_mib", "peak RSS"))):
+            for i, a in enumerate(allocators):
+                vals = []
+                for p in programs:
+                    mine, jem = res.get(f"{p}/{a}"), res.get(f"{p}/jemalloc")
+                    vals.append(statistics.median(r[measure] for r in mine) /
+                                statistics.median(r[measure] for r in jem) if mine and jem else 0)
+                ax.bar([j + i * width for j in range(len(programs))], vals, width, label=a)
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(programs))])
+            ax.set_xticklabels([p.split(" ")[0] for p in programs], rotation=30)
+            ax.set_ylabel(f"{label} / jemalloc's")
+            ax.set_title(f"real programs: {label} relative to jemalloc (lower is better)")
+            ax.legend(fontsize=8)
+        save(fig, "apps.png")
 
     if "idle" in out:
         fig, axes = plt.subplots(2, 2, figsize=(14, 9))
@@ -794,7 +933,8 @@ def main():
     ap.add_argument("--plot", metavar="DIR")
     args = ap.parse_args()
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "firstuse",
-             "instructions", "deferred", "rss", "idle", "bigblocks", "startup", "numa", "thp"]
+             "instructions", "deferred", "rss", "idle", "apps", "bigblocks", "startup", "numa",
+             "thp"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -839,6 +979,8 @@ def main():
             bench_rss(args, allocs, out)
         elif name == "idle":
             bench_idle(args, allocs, out)
+        elif name == "apps":
+            bench_apps(args, allocs, out)
         elif name == "bigblocks":
             bench_bigblocks(args, allocs, out)
         elif name == "startup":
