@@ -26,7 +26,6 @@ static_assert(sizeof(DeferBlock) <= 4096, "a block is one page");
 
 struct alignas(64) DeferSlot {
   Mutex lock;
-  bool fork_taken;
   DeferBlock* open;
 };
 
@@ -459,42 +458,31 @@ DeferredStats deferred_stats(size_t* per_class) {
   return st;
 }
 
-namespace {
-// Locks this thread already holds (fork from a signal handler that interrupted a
-// deferred free) are skipped, as the heap's are; the child resets them all.
-bool fork_took_init_, fork_took_queue_;
-void fork_lock(Mutex& m, bool* took) {
-  *took = !m.held_by_me();
-  if (*took) m.lock();
-}
-}  // namespace
-
 void deferred_fork_prepare() {
-  fork_lock(slots_init_lock_, &fork_took_init_);
+  slots_init_lock_.lock();
   grace_fork_prepare();
   if (decided_.load(std::memory_order_acquire))
-    for (uint32_t i = 0; i < nslots_; i++) fork_lock(slots_[i].lock, &slots_[i].fork_taken);
-  fork_lock(queue_lock_, &fork_took_queue_);
+    for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.lock();
+  queue_lock_.lock();
   fork_poller_is_me_ = poller_ == current_tid();
 }
 
 void deferred_fork_parent() {
-  if (fork_took_queue_) queue_lock_.unlock();
+  queue_lock_.unlock();
   if (decided_.load(std::memory_order_acquire))
-    for (uint32_t i = 0; i < nslots_; i++)
-      if (slots_[i].fork_taken) slots_[i].lock.unlock();
+    for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.unlock();
   grace_fork_parent();
-  if (fork_took_init_) slots_init_lock_.unlock();
+  slots_init_lock_.unlock();
 }
 
-void deferred_fork_child() {
+void deferred_fork_child(bool prepared) {
   slots_init_lock_.reset_after_fork();
   queue_lock_.reset_after_fork();
   if (decided_.load(std::memory_order_acquire))
     for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.reset_after_fork();
   // The blocks a poll in another thread had detached go back to the queue (that
   // thread does not exist here); a poll the forking thread itself is in goes on.
-  if (poller_ && !fork_poller_is_me_) requeue_inflight_locked();
+  if (prepared && poller_ && !fork_poller_is_me_) requeue_inflight_locked();
   grace_fork_child();
 }
 

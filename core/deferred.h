@@ -82,9 +82,10 @@ struct DeferredStats {
 DeferredStats deferred_stats(size_t* per_class = nullptr);
 
 
-// fork: the queue lock and the slot locks, taken before the heap's.
+// fork: the queue lock and the slot locks, taken before the heap's. prepared: the
+// prepare handler ran (not a fork that interrupted a slow path, heap::fork_prepare).
 void deferred_fork_prepare();
 void deferred_fork_parent();
-void deferred_fork_child();
+void deferred_fork_child(bool prepared);
 
 }  // namespace uslab::heap

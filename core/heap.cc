@@ -751,13 +751,18 @@ void die(const char* message) { os::fatal("uslab: %s\n", message); }
 
 // Lock order: deferred-free slots and queue, thread-cache registry, CPU locks, depots, central lists, huge cache, page heap,
 // metadata pools, arena, segment map, the shard map (shard.h).
-// A lock this thread already holds (fork from a signal handler that interrupted a
-// slow path) is skipped rather than deadlocked on; the child resets every lock.
+// fork takes them all in that order, unless the forking thread holds or is taking one
+// (t_locks_held: fork from a signal handler that interrupted a slow path, glibc
+// tst-mallocfork2). Then it takes none: a lock earlier in the order may be held by
+// another thread (the background thread's tick, say) that waits for the one this
+// thread holds. That child finds the heap as the fork found it, other threads'
+// operations and its own interrupted one half done, and may only make
+// async-signal-safe calls until it execs (POSIX's rule for any multi-threaded fork);
+// every lock is reset there, and nothing that walks shared lists runs.
 namespace {
 
 constexpr size_t kForkLocks = 2 * kMaxShards * (kMaxClasses - 1) + 2 * kMaxShards + 6;
 Mutex* g_fork_locks[kForkLocks];
-bool g_fork_taken[kForkLocks];
 
 // The locks after the per-CPU ones (which percpu_fork_* take after the registry).
 size_t collect_fork_locks() {
@@ -777,29 +782,26 @@ size_t collect_fork_locks() {
   return n;
 }
 
-bool g_registry_taken;
+bool g_fork_interrupted;
 
 }  // namespace
 
 void fork_prepare() {
+  g_fork_interrupted = t_locks_held != 0;
+  if (g_fork_interrupted) return;
   deferred_fork_prepare();
-  Mutex& registry = thread_cache_registry_lock();
-  g_registry_taken = !registry.held_by_me();
-  if (g_registry_taken) registry.lock();
+  thread_cache_registry_lock().lock();
   percpu_fork_prepare();
   size_t n = collect_fork_locks();
-  for (size_t i = 0; i < n; i++) {
-    g_fork_taken[i] = !g_fork_locks[i]->held_by_me();
-    if (g_fork_taken[i]) g_fork_locks[i]->lock();
-  }
+  for (size_t i = 0; i < n; i++) g_fork_locks[i]->lock();
 }
 
 void fork_parent() {
+  if (g_fork_interrupted) return;
   size_t n = collect_fork_locks();
-  for (size_t i = n; i-- > 0;)
-    if (g_fork_taken[i]) g_fork_locks[i]->unlock();
+  for (size_t i = n; i-- > 0;) g_fork_locks[i]->unlock();
   percpu_fork_parent();
-  if (g_registry_taken) thread_cache_registry_lock().unlock();
+  thread_cache_registry_lock().unlock();
   deferred_fork_parent();
 }
 
@@ -809,9 +811,11 @@ void fork_child() {
   for (size_t i = 0; i < n; i++) g_fork_locks[i]->reset_after_fork();
   percpu_fork_child();
   thread_cache_registry_lock().reset_after_fork();
-  thread_cache_after_fork_child();
-  deferred_fork_child();
+  deferred_fork_child(!g_fork_interrupted);
   background_fork_child();
+  if (g_fork_interrupted) return;
+  t_locks_held = 0;  // the locks prepare took were reset above
+  thread_cache_after_fork_child();
 }
 
 }  // namespace uslab::heap

@@ -140,19 +140,9 @@ bool grace_uses_membarrier() {
   return membarrier_;
 }
 
-namespace {
-bool fork_took_init_ = false;
-}  // namespace
+void grace_fork_prepare() { init_lock_.lock(); }
 
-// A set-up the forking thread itself is in (from a signal handler) is not waited for.
-void grace_fork_prepare() {
-  fork_took_init_ = !init_lock_.held_by_me();
-  if (fork_took_init_) init_lock_.lock();
-}
-
-void grace_fork_parent() {
-  if (fork_took_init_) init_lock_.unlock();
-}
+void grace_fork_parent() { init_lock_.unlock(); }
 
 void grace_fork_child() {
   init_lock_.reset_after_fork();

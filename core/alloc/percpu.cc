@@ -48,7 +48,6 @@ void bump(std::atomic<uint64_t>& counter) {
 struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss that grows
   Mutex lock;
   bool ready;                // used since start or the last drain
-  bool fork_taken;
   uint32_t clock;            // next class the capacity thief looks at
   ClassBits missed;          // missed since the thief last passed
   ClassBits active;          // missed since the last decay tick
@@ -702,16 +701,12 @@ PerCpuStats percpu_stats() {
 }
 
 void percpu_fork_prepare() {
-  for (uint32_t c = 0; c < g_cpu_count; c++) {
-    CpuMeta& m = meta_[c];
-    m.fork_taken = !m.lock.held_by_me();
-    if (m.fork_taken) m.lock.lock();
-  }
+  for (uint32_t c = 0; c < g_cpu_count; c++) meta_[c].lock.lock();
 }
 
 void percpu_fork_parent() {
   for (uint32_t c = 0; c < g_cpu_count; c++)
-    if (meta_[c].fork_taken) meta_[c].lock.unlock();
+    meta_[c].lock.unlock();
 }
 
 void percpu_fork_child() {

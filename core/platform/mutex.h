@@ -7,8 +7,10 @@
 // Recording the owner in the lock word gives two things a plain futex lock cannot:
 //  - a signal handler that re-enters a slow path on a thread that already holds the
 //    lock is reported and aborts instead of hanging (gperftools#1094);
-//  - fork's prepare handler can skip a lock its own thread holds (fork called from a
-//    signal handler that interrupted malloc, glibc tst-mallocfork2) instead of deadlocking.
+//  - a count of the locks each thread holds or is taking (t_locks_held) tells fork's
+//    prepare handler that it runs in a signal handler that interrupted a slow path
+//    (glibc tst-mallocfork2): it then takes no lock at all, since waiting for one
+//    another thread holds could wait on a lock this thread holds (heap::fork_prepare).
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,20 @@ inline uint32_t current_tid() {
 }
 void forget_current_tid();
 
+// How many Mutexes the calling thread holds or is taking. Counted before the lock
+// word is claimed and after it is released (with compiler fences: only a signal
+// handler on the same thread reads it), so a handler never sees 0 while its thread
+// holds a lock; it may see 1 while the thread merely waits for one.
+extern __thread uint32_t t_locks_held __attribute__((tls_model("initial-exec")));
+inline void note_lock_enter() {
+  t_locks_held = t_locks_held + 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+inline void note_lock_exit() {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_locks_held = t_locks_held - 1;
+}
+
 class Mutex {
  public:
   constexpr Mutex() = default;
@@ -35,6 +51,7 @@ class Mutex {
   Mutex& operator=(const Mutex&) = delete;
 
   void lock() {
+    note_lock_enter();
     uint32_t expected = 0;
     uint32_t me = current_tid();
     if (__builtin_expect(!word_.compare_exchange_strong(expected, me, std::memory_order_acquire,
@@ -46,21 +63,20 @@ class Mutex {
   // Takes the lock only if it is free now. A plain load first: a failed CAS would
   // still pull the owner's line away from it.
   bool try_lock() {
+    note_lock_enter();
     uint32_t expected = 0;
-    return word_.load(std::memory_order_relaxed) == 0 &&
-           word_.compare_exchange_strong(expected, current_tid(), std::memory_order_acquire,
-                                         std::memory_order_relaxed);
+    if (word_.load(std::memory_order_relaxed) == 0 &&
+        word_.compare_exchange_strong(expected, current_tid(), std::memory_order_acquire,
+                                      std::memory_order_relaxed))
+      return true;
+    note_lock_exit();
+    return false;
   }
 
   void unlock() {
     if (word_.exchange(0, std::memory_order_release) & kWaiters)
       os::futex_wake(reinterpret_cast<uint32_t*>(&word_), 1);
-  }
-
-  // True when the calling thread holds the lock (even if it was interrupted right
-  // after taking it: the owner is recorded by the same instruction that takes it).
-  bool held_by_me() const {
-    return (word_.load(std::memory_order_relaxed) & ~kWaiters) == current_tid();
+    note_lock_exit();
   }
 
   // Only for a forked child, where the owner (if any) no longer exists.

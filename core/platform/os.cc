@@ -412,6 +412,7 @@ void fatal(const char* fmt, ...) {
 namespace uslab {
 
 __thread uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+__thread uint32_t t_locks_held __attribute__((tls_model("initial-exec"))) = 0;
 
 uint32_t current_tid_slow() { return t_tid = static_cast<uint32_t>(os::syscall6(SYS_gettid)); }
 
