@@ -75,7 +75,7 @@ size_t uslab_trim(void);
  * the same lockless per-CPU path as malloc. The constructor, when given, runs once
  * per object when its slab is carved, not on every allocation: objects must be
  * returned to the cache in their constructed state. free() accepts cache objects too.
- * At most 86 caches exist at once (a destroyed cache frees its slot unless objects
+ * At most 70 caches exist at once (a destroyed cache frees its slot unless objects
  * were still allocated). Objects larger than 32 KiB, alignments above 8 KiB, and a
  * constructor together with ZERO or POISON are refused (NULL, errno = EINVAL). */
 typedef struct uslab_cache uslab_cache_t;
