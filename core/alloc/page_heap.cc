@@ -86,14 +86,15 @@ Span* PageHeap::find_free(size_t npages) {
   return s ? s : clean_lists_.shortest(npages);
 }
 
-Span* PageHeap::grow_heap() {
+Span* PageHeap::grow_heap(size_t want) {
   Span* s = new_span_desc();
   if (!s) return nullptr;
   // Transparent huge pages (page_heap.h): a big heap's new segment is advised to use
-  // them, a small heap's is kept off them under the "always" setting.
-  const bool big = segments_ >= kThpMinSegments;
+  // them, unless it is made for a span that leaves a long tail (kThpEagerMaxPages); a
+  // small heap's is kept off them under the "always" setting, as is the latter.
+  const bool huge = segments_ >= kThpMinSegments && want < kThpEagerMaxPages;
   Segment* seg = segment_create_normal(
-      thp_enabled() && (big || os::thp_mode() == os::ThpMode::kAlways), big);
+      thp_enabled() && (huge || os::thp_mode() == os::ThpMode::kAlways), huge);
   if (!seg) {
     descs_.free(s);
     return nullptr;
@@ -173,7 +174,7 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   if (!s && grow) s = merge_mixed(want);
   if (!s && grow) {
     purge_short(want, true);
-    s = grow_heap();
+    s = grow_heap(want);
   }
   if (!s) return nullptr;
   remove_free(s);

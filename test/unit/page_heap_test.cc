@@ -339,6 +339,17 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   REQUIRE(one->segment->huge);
   REQUIRE(has_flag(vm_flags(one->segment), "hg"));
   REQUIRE(ph.stats().huge_segments == PageHeap::kThpMinSegments + 1);
+  // ... but not one made for a span that leaves a long tail: three 1 MiB blocks leave
+  // 127 pages that a huge page would make resident.
+  full.push_back(ph.alloc(PageHeap::kMaxPages - 1, 1, SpanKind::kLarge, &z));  // fills one's
+  std::vector<Span*> mib;
+  for (int i = 0; i < 3; i++) mib.push_back(ph.alloc(128, 1, SpanKind::kLarge, &z));
+  REQUIRE(ph.stats().segments == PageHeap::kThpMinSegments + 2);
+  REQUIRE(mib[0]->segment == mib[2]->segment);
+  REQUIRE_FALSE(mib[0]->segment->huge);
+  REQUIRE_FALSE(has_flag(vm_flags(mib[0]->segment), "hg"));
+  REQUIRE(ph.stats().huge_segments == PageHeap::kThpMinSegments + 1);
+  for (Span* s : mib) ph.free(s);
   ph.free(one);
   for (Span* s : full) ph.free(s);
   ph.purge(true);
