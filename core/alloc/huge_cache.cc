@@ -50,6 +50,20 @@ Segment* huge_cache_take(size_t obj_bytes) {
   return seg;
 }
 
+Segment* huge_cache_take_largest() {
+  LockGuard g(lock_);
+  if (count_ == 0) return nullptr;
+  size_t best = 0;
+  for (size_t i = 1; i < count_; i++)
+    if (entries_[i].seg->mapped_bytes > entries_[best].seg->mapped_bytes) best = i;
+  Segment* seg = entries_[best].seg;
+  remove_at(best);
+  Span* s = seg->huge_span;
+  s->npages = static_cast<uint32_t>(capacity(seg) >> kPageShift);
+  s->kind = SpanKind::kLarge;
+  return seg;
+}
+
 void huge_cache_put(Segment* seg) {
   Span* s = seg->huge_span;
   if (seg->mapped_bytes > kHugeCacheEntryBytes || s->start != seg->base() + kPageSize) {

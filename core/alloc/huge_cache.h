@@ -6,7 +6,9 @@
 // faulting fresh zero pages in every time (glibc avoids that storm by raising its
 // mmap threshold; jemalloc and mimalloc were measured taking 15x and 6.5x glibc's
 // time on it). At most kHugeCacheBytes in all, each at most kHugeCacheEntryBytes;
-// the oldest go first, and the decay tick and malloc_trim unmap them.
+// the oldest go first, and the decay tick and malloc_trim unmap them. A request none
+// fits takes the largest to grow (huge_cache_take_largest): kept blocks never add to
+// a peak that keeps rising.
 //
 // Locking: one Mutex guards the entries; segments are unmapped with it held (rare).
 #pragma once
@@ -27,6 +29,10 @@ constexpr size_t kHugeCacheBytes = size_t{128} << 20;
 // nullptr when none fits. Its pages are not zero, and stay resident past the object
 // (as glibc's heap top does) until the segment is unmapped.
 Segment* huge_cache_take(size_t obj_bytes);
+// On a miss: the largest cached segment, its span set up for an object filling it,
+// to be grown with segment_resize_huge (its pages are reused, not faulted in again,
+// and it no longer adds to the peak beside the new block); nullptr when none is kept.
+Segment* huge_cache_take_largest();
 // Keeps seg, whose object was freed, or unmaps it (too big, unusual alignment).
 void huge_cache_put(Segment* seg);
 // Unmaps the segments cached longer than decay_ms (all of them with `all`).

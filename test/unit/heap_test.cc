@@ -246,7 +246,7 @@ TEST_CASE("objects freed by other threads stay intact and are reused") {
   heap::trim();
 }
 
-TEST_CASE("freed huge blocks are reused without new pages, zeroed for calloc, and guarded") {
+TEST_CASE("freed huge blocks are reused without new pages, grown, zeroed for calloc, and guarded") {
   heap::trim();  // empty the huge cache
   constexpr size_t kMiB = size_t{1} << 20;
   auto* p = static_cast<unsigned char*>(heap::alloc(9 * kMiB));
@@ -273,10 +273,28 @@ TEST_CASE("freed huge blocks are reused without new pages, zeroed for calloc, an
   for (size_t i = 0; i < 7 * kMiB; i += 4096) zero = zero && z[i] == 0 && z[i + 4095] == 0;
   REQUIRE(zero);
   heap::free(z);
-  // A block larger than every cached segment maps a new one; trim unmaps the cache.
-  void* big = heap::alloc(20 * kMiB);
-  REQUIRE(big != p);
-  heap::free(big);
+  heap::trim();
+  REQUIRE(huge_cache_bytes() == 0);
+  // A block larger than every cached segment grows the largest into it (mremap: its
+  // pages reused, nothing kept beside the new block), as a doubling vector asks: the
+  // next block while the last is live, then the last freed.
+  auto* a = static_cast<unsigned char*>(heap::alloc(8 * kMiB));
+  auto* b = static_cast<unsigned char*>(heap::alloc(16 * kMiB));
+  memset(a, 0xcd, 8 * kMiB);
+  memset(b, 0xcd, 16 * kMiB);
+  heap::free(a);
+  REQUIRE(huge_cache_bytes() >= 8 * kMiB);
+  size_t mapped = segment_mapped_bytes();
+  auto* c = static_cast<unsigned char*>(heap::alloc_zeroed(32 * kMiB));
+  REQUIRE(c != nullptr);
+  REQUIRE(huge_cache_bytes() == 0);
+  REQUIRE(segment_mapped_bytes() < mapped + 32 * kMiB);  // a fresh one: 32 MiB + a page more
+  REQUIRE(heap::usable_size(c) >= 32 * kMiB);
+  zero = true;
+  for (size_t i = 0; i < 32 * kMiB; i += 4096) zero = zero && c[i] == 0 && c[i + 4095] == 0;
+  REQUIRE(zero);
+  heap::free(b);
+  heap::free(c);
   heap::trim();
   REQUIRE(huge_cache_bytes() == 0);
 }
