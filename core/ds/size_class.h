@@ -146,10 +146,9 @@ template <size_t N, size_t Shift>
 constexpr std::array<uint8_t, N> make_lookup() {
   auto sizes = make_sizes();
   std::array<uint8_t, N> t{};
+  size_t c = 1;  // classes grow with the size: one pass (clang bounds constexpr steps)
   for (size_t i = 0; i < N; i++) {
-    size_t want = i << Shift;
-    size_t c = 1;
-    while (sizes[c] < want) c++;
+    while (sizes[c] < (i << Shift)) c++;
     t[i] = static_cast<uint8_t>(c);
   }
   return t;
