@@ -37,6 +37,14 @@ void free_huge(Segment* seg) {
     huge_cache_put(seg);
 }
 
+// Resizes huge segment seg's object to `size` with mremap (segment_resize_huge), its
+// growth admitted by the memory limit first (memory_limit.h).
+Segment* resize_huge_admitted(Segment* seg, size_t size, bool may_move) {
+  size_t old = seg->huge_span->bytes();
+  if (size > old && !limit_admit(size - old)) return nullptr;
+  return segment_resize_huge(seg, size, may_move);
+}
+
 }  // namespace
 
 void* alloc_large(size_t size, size_t align, bool* zeroed) {
@@ -58,16 +66,14 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   }
   Span* desc;
   bool fresh = true;
-  Segment* cached =
-      align <= kPageSize && !g_config.guard ? huge_cache_take(npages << kPageShift) : nullptr;
-  if (!cached && align <= kPageSize && !g_config.guard) {
+  const bool reusable = align <= kPageSize && !g_config.guard;  // kept blocks' layout
+  Segment* cached = reusable ? huge_cache_take(npages << kPageShift) : nullptr;
+  if (!cached && reusable) {
     // None fits: the largest kept block grows into this one (a vector that doubles
     // kept every smaller block it left resident beside the new one: 200 MiB grown
     // in 4 KiB steps peaked at 331 MB, glibc 265).
     if (Segment* old = huge_cache_take_largest()) {
-      cached = limit_admit(size - old->huge_span->bytes())
-                   ? segment_resize_huge(old, npages << kPageShift, true)
-                   : nullptr;
+      cached = resize_huge_admitted(old, npages << kPageShift, true);
       if (!cached) huge_segment_destroy(old);
     }
   }
@@ -160,12 +166,11 @@ namespace {
 // Whether an object of `size` bytes is huge (a mapping of its own; alloc_large).
 bool huge_size(size_t size) { return pages_for(size) > PageHeap::kMaxPages; }
 
-// Resizes huge span l's mapping (mremap, segment_resize_huge) to `size`, moving it
-// only with `may_move`; the span, moved or not, or nullptr (nothing changed).
+// Resizes huge span l's mapping to `size` (resize_huge_admitted), moving it only with
+// `may_move`; the span, moved or not, or nullptr (nothing changed).
 Span* huge_resize(Span* l, size_t size, bool may_move) {
   size_t old = l->bytes();
-  if (size > old && !limit_admit(size - old)) return nullptr;  // memory_limit.h
-  Segment* seg = segment_resize_huge(l->segment, size, may_move);
+  Segment* seg = resize_huge_admitted(l->segment, size, may_move);
   if (!seg) return nullptr;
   g_huge_bytes.fetch_add(seg->huge_span->bytes() - old, std::memory_order_relaxed);
   return seg->huge_span;

@@ -13,6 +13,11 @@ constinit Mutex PageMap::lock_;
 
 static std::atomic<size_t> g_segment_bytes{0};
 
+// Counts newly mapped segment bytes; the memory limit is decided on the way.
+static void add_mapped(size_t bytes) {
+  limit_note_mapped(g_segment_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+}
+
 bool PageMap::reserve(const void* base, size_t bytes) {
   uintptr_t a = reinterpret_cast<uintptr_t>(base) >> (kPageShift + kLeafBits);
   uintptr_t last = (reinterpret_cast<uintptr_t>(base) + bytes - 1) >> (kPageShift + kLeafBits);
@@ -49,7 +54,7 @@ Segment* segment_create_normal(bool advise, bool huge) {
   seg->kind = SegmentKind::kNormal;
   seg->mapped_bytes = kSegmentSize;
   seg->huge = advised && huge;
-  limit_note_mapped(g_segment_bytes.fetch_add(kSegmentSize, std::memory_order_relaxed) + kSegmentSize);
+  add_mapped(kSegmentSize);
   return seg;
 }
 
@@ -84,7 +89,7 @@ Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard)
   span->npages = static_cast<uint32_t>(obj_bytes >> kPageShift);
   span->segment = seg;
   PageMap::set(obj, span);
-  limit_note_mapped(g_segment_bytes.fetch_add(total, std::memory_order_relaxed) + total);
+  add_mapped(total);
   return seg;
 }
 
@@ -113,7 +118,7 @@ Segment* segment_resize_huge(Segment* seg, size_t bytes, bool may_move) {
   seg->mapped_bytes = total;
   span->npages = static_cast<uint32_t>(obj_bytes >> kPageShift);
   if (total > old_total)
-    limit_note_mapped(g_segment_bytes.fetch_add(total - old_total, std::memory_order_relaxed) + total - old_total);
+    add_mapped(total - old_total);
   else
     g_segment_bytes.fetch_sub(old_total - total, std::memory_order_relaxed);
   return seg;
