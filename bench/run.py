@@ -36,6 +36,11 @@ Benchmarks (default: all):
                 sqlite3, python3, perl, lua, g++, git, ghostscript, z3, rocksdb's db_bench,
                 redis-server with redis-benchmark), output checked against glibc's run:
                 wall time and peak RSS, ratios, geometric means, a chart
+  suite         the standard allocator benchmarks (mimalloc-bench's larson, rptest, sh6bench,
+                sh8bench, xmalloc-test, mstress, mleak, cache-scratch/thrash, glibc-simple/
+                thread, alloc-test, malloc-large, cfrac, espresso, barnes) from the built
+                checkout --suite DIR names (bench/suite.py); the same table as apps, and
+                with apps, the geometric means over both
   bigblocks     the page-fault storm: 300 times a block of 5 … 25 MiB allocated,
                 every page written, freed; wall/user/sys seconds and minor faults
                 against glibc
@@ -58,7 +63,7 @@ per-object cost by bulk size, throughput and peak RSS by workload, peak RSS of t
 1000-thread test, per-phase cycles of the concurrent test.
 
 usage: run.py --build DIR [NAME...] [--rounds N] [--json FILE] [--plot DIR]
-              [--sizes S,S,...]
+              [--sizes S,S,...] [--suite MIMALLOC_BENCH_DIR]
 """
 import argparse
 import json
@@ -616,6 +621,94 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def compare_programs(args, allocs, out, key, programs, run, command):
+    """Runs every program (objects with .name, .compare, .check) under every allocator,
+    alternating: run(program, alloc, lib, bindings_dir) -> (measures with wall_s and
+    peak_rss_mib, exit status, stdout digest, stdout, why not served or None). Warm-ups
+    first: the reference output (glibc's, or the first allocator's that served the
+    program) and which allocators served it. Prints the table of medians, the ratios to
+    jemalloc and to the best of jemalloc/mimalloc/tcmalloc, the geometric means; returns
+    {(program, alloc): (time, RSS)} medians."""
+    results = {}      # (program, allocator) -> [run]
+    flagged = []      # (program, allocator, why)
+    not_served = {}   # (program, allocator) -> why
+    reference = {}    # program -> stdout digest of the reference allocator
+    work = tempfile.mkdtemp()
+    for p in programs:
+        order = (["glibc"] if "glibc" in allocs else []) + [a for a in allocs if a != "glibc"]
+        for a in order:
+            ld = tempfile.mkdtemp(dir=work)
+            _, status, digest, _, why = run(p, a, allocs[a], ld)
+            if why:
+                not_served[(p.name, a)] = why
+            elif p.name not in reference and status == 0:
+                reference[p.name] = digest
+    shutil.rmtree(work, ignore_errors=True)
+
+    def one(a, lib):
+        for p in programs:
+            if (p.name, a) in not_served:
+                continue
+            r, status, digest, stdout, _ = run(p, a, lib, None)
+            why = None
+            if status != 0:
+                why = f"exit status {status}"
+            elif p.compare and digest != reference.get(p.name):
+                why = "output differs from the reference run"
+            elif p.check and not p.check(stdout):
+                why = "its own check failed"
+            if why:
+                flagged.append((p.name, a, why))
+            else:
+                results.setdefault((p.name, a), []).append(r)
+
+    alternate(allocs, args.rounds, one)
+    names = list(allocs)
+    peers = [p for p in ("jemalloc", "mimalloc", "tcmalloc") if p in allocs]
+    print(f"Command: {command}\n")
+    print("| program | " + " | ".join(f"{a} s / MiB" for a in names) +
+          " | uslab/jemalloc time, RSS | uslab / best peer: time, RSS |")
+    print("|" + "---|" * (3 + len(names)))
+    med = {}
+    for p in programs:
+        cells = []
+        for a in names:
+            rows = results.get((p.name, a))
+            if rows:
+                med[(p.name, a)] = (statistics.median(r["wall_s"] for r in rows),
+                                    statistics.median(r["peak_rss_mib"] for r in rows))
+                cells.append(f"{med[(p.name, a)][0]:.3f} / {med[(p.name, a)][1]:.1f}")
+            else:
+                cells.append("—")
+        u, j = med.get((p.name, "uslab")), med.get((p.name, "jemalloc"))
+        vs_j = f"{u[0] / j[0]:.2f}, {u[1] / j[1]:.2f}" if u and j else "—"
+        best = [med[(p.name, q)] for q in peers if (p.name, q) in med]
+        vs_best = (f"{u[0] / min(t for t, _ in best):.2f}, {u[1] / min(m for _, m in best):.2f}"
+                   if u and best else "—")
+        print(f"| {p.name} | " + " | ".join(cells) + f" | {vs_j} | {vs_best} |")
+    print("| geometric mean, / jemalloc (time / RSS) | " +
+          " | ".join(jemalloc_means(med, [p.name for p in programs], names)) + " | | |")
+    print()
+    for (n, a), why in not_served.items():
+        print(f"Not served: {a} under {n}: {why}")
+    for n, a, why in flagged:
+        print(f"Flagged: {a} under {n}: {why} (left out)")
+    out[key] = {f"{n}/{a}": rows for (n, a), rows in results.items()}
+    return med
+
+
+def jemalloc_means(med, programs, names):
+    """Per allocator, "time / RSS" geometric means of its ratios to jemalloc over the
+    programs both served."""
+    means = []
+    for a in names:
+        both = [n for n in programs if (n, a) in med and (n, "jemalloc") in med]
+        t = geomean(med[(n, a)][0] / med[(n, "jemalloc")][0] for n in both)
+        m = geomean(med[(n, a)][1] / med[(n, "jemalloc")][1] for n in both)
+        means.append(f"{t:.2f} / {m:.2f}" if t else "—")
+    return means
+
+
 def bench_apps(args, allocs, out):
     """Real programs (bench/apps.py) under every allocator: wall time and peak RSS."""
     import ab
@@ -625,9 +718,6 @@ def bench_apps(args, allocs, out):
     for a in apps.APPS:
         if a not in present:
             print(f"Skipped: {a.name} ({a.binary} is not installed: apt-get install {a.package})\n")
-    results = {}      # (app, allocator) -> [run]
-    flagged = []      # (app, allocator, why)
-    not_served = {}   # (app, allocator) -> why
     work = tempfile.mkdtemp()
     dirs = {}
     for i, app in enumerate(present):
@@ -635,91 +725,67 @@ def bench_apps(args, allocs, out):
         os.makedirs(dirs[app.name])
         if app.prepare:
             app.prepare(dirs[app.name])
-    reference = {}  # app -> stdout digest of the reference allocator
 
-    def run(app, a, lib, bindings=None):
+    def run(app, a, lib, bindings):
         d = dirs[app.name]
         if app.server:
             wall, hwm, ok = apps.redis_run(lib, d)
-            return {"wall_s": wall, "peak_rss_mib": hwm / 1024}, 0 if ok else 1, None, b""
+            why = "redis-server links jemalloc: glibc's malloc is not its" if not lib else None
+            return {"wall_s": wall, "peak_rss_mib": hwm / 1024}, 0 if ok else 1, None, b"", why
         stdin = os.path.join(d, app.stdin) if app.stdin else os.devnull
-        return ab.run_once(spawn, app.cmd, lib, [], work, stdin, bindings, cwd=d,
-                           command_env=app.env, keep_stdout=True)
+        r, status, digest, stdout = ab.run_once(spawn, app.cmd, lib, [], work, stdin, bindings,
+                                                cwd=d, command_env=app.env, keep_stdout=True)
+        why = ab.served(lib, ab.malloc_bindings(bindings)) if bindings else None
+        return r, status, digest, stdout, why
 
-    # Warm-ups: the reference output (glibc's, or the first allocator's for a program
-    # linked with its own allocator) and whether each allocator served the program.
-    for app in present:
-        order = (["glibc"] if "glibc" in allocs else []) + [a for a in allocs if a != "glibc"]
-        for a in order:
-            ld = tempfile.mkdtemp(dir=work)
-            _, status, digest, _ = run(app, a, allocs[a], None if app.server else ld)
-            if not app.server:
-                why = ab.served(allocs[a], ab.malloc_bindings(ld))
-                if why:
-                    not_served[(app.name, a)] = why
-            elif not allocs[a]:
-                not_served[(app.name, a)] = "redis-server links jemalloc: glibc's malloc is not its"
-            if app.name not in reference and (app.name, a) not in not_served and status == 0:
-                reference[app.name] = digest
-
-    def one(a, lib):
-        for app in present:
-            if (app.name, a) in not_served:
-                continue
-            r, status, digest, stdout = run(app, a, lib)
-            why = None
-            if status != 0:
-                why = f"exit status {status}"
-            elif app.compare and digest != reference.get(app.name):
-                why = "output differs from the reference run"
-            elif app.check and not app.check(stdout):
-                why = "its own check failed"
-            if why:
-                flagged.append((app.name, a, why))
-            else:
-                results.setdefault((app.name, a), []).append(r)
-
-    alternate(allocs, args.rounds, one)
+    med = compare_programs(
+        args, allocs, out, "apps", present, run,
+        f"tools/uslab bench apps --rounds {args.rounds} (each program's output checked against "
+        "glibc's run; medians over rounds; time is wall seconds, RSS the peak in MiB; — where "
+        "the allocator did not serve the program or its runs failed)")
     shutil.rmtree(work, ignore_errors=True)
-    names = list(allocs)
-    peers = [p for p in ("jemalloc", "mimalloc", "tcmalloc") if p in allocs]
-    print(f"Command: tools/uslab bench apps --rounds {args.rounds} (each program's output "
-          "checked against glibc's run; medians over rounds; time is wall seconds, RSS the "
-          "peak in MiB; — where the allocator did not serve the program or its runs failed)\n")
-    print("| program | " + " | ".join(f"{a} s / MiB" for a in names) +
-          " | uslab/jemalloc time, RSS | uslab / best peer: time, RSS |")
-    print("|" + "---|" * (3 + len(names)))
-    med = {}
-    for app in present:
-        cells = []
-        for a in names:
-            rows = results.get((app.name, a))
-            if rows:
-                med[(app.name, a)] = (statistics.median(r["wall_s"] for r in rows),
-                                      statistics.median(r["peak_rss_mib"] for r in rows))
-                cells.append(f"{med[(app.name, a)][0]:.3f} / {med[(app.name, a)][1]:.1f}")
-            else:
-                cells.append("—")
-        u, j = med.get((app.name, "uslab")), med.get((app.name, "jemalloc"))
-        vs_j = f"{u[0] / j[0]:.2f}, {u[1] / j[1]:.2f}" if u and j else "—"
-        best = [med[(app.name, p)] for p in peers if (app.name, p) in med]
-        vs_best = (f"{u[0] / min(t for t, _ in best):.2f}, {u[1] / min(m for _, m in best):.2f}"
-                   if u and best else "—")
-        print(f"| {app.name} | " + " | ".join(cells) + f" | {vs_j} | {vs_best} |")
-    # Geometric means over the programs every allocator in the ratio served.
-    means = []
-    for a in names:
-        both = [app.name for app in present if (app.name, a) in med and (app.name, "jemalloc") in med]
-        t = geomean(med[(n, a)][0] / med[(n, "jemalloc")][0] for n in both)
-        m = geomean(med[(n, a)][1] / med[(n, "jemalloc")][1] for n in both)
-        means.append(f"{t:.2f} / {m:.2f}" if t else "—")
-    print("| geometric mean, / jemalloc (time / RSS) | " + " | ".join(means) + " | | |")
-    print()
-    for (n, a), why in not_served.items():
-        print(f"Not served: {a} under {n}: {why}")
-    for n, a, why in flagged:
-        print(f"Flagged: {a} under {n}: {why} (left out)")
-    out["apps"] = {f"{n}/{a}": rows for (n, a), rows in results.items()}
+    return med
+
+
+def bench_suite(args, allocs, out):
+    """mimalloc-bench's programs from the checkout --suite names (bench/suite.py)."""
+    import ab
+    import suite
+    if not args.suite:
+        print("Skipped: point --suite at a built checkout of github.com/daanx/mimalloc-bench "
+              "(cmake -S bench -B out/bench && cmake --build out/bench)\n")
+        return {}
+    checkout, bins, why = suite.locate(args.suite)
+    if why:
+        sys.exit(f"uslab bench suite: {why}")
+    spawn = os.path.join(args.build, "bench", "spawn")
+    cpus = os.cpu_count() or 1
+    present = [p for p in suite.PROGRAMS if os.access(os.path.join(bins, p.binary), os.X_OK)]
+    for p in suite.PROGRAMS:
+        if p not in present:
+            print(f"Skipped: {p.name} ({p.binary} is not built in {bins})\n")
+    work = tempfile.mkdtemp()
+
+    def run(p, a, lib, bindings):
+        stdin = os.path.join(checkout, p.stdin) if p.stdin else os.devnull
+        r, status, digest, stdout = ab.run_once(spawn, suite.command(p, checkout, bins, cpus),
+                                                lib, [], work, stdin, bindings, cwd=bins,
+                                                keep_stdout=True)
+        own = p.time(stdout.decode(errors="replace")) if p.time else None
+        if own is not None:
+            r["wall_s"] = own  # without it, p.check flags the run
+        why = ab.served(lib, ab.malloc_bindings(bindings)) if bindings else None
+        return r, status, digest, stdout, why
+
+    med = compare_programs(
+        args, allocs, out, "suite", present, run,
+        f"tools/uslab bench suite --suite DIR --rounds {args.rounds} (mimalloc-bench's programs "
+        f"with bench.sh's arguments for {cpus} CPUs; time in seconds: wall time, or for larson, "
+        "rptest, xmalloc-test and glibc-thread the relative time bench.sh derives from their "
+        "throughput; RSS the peak in MiB; medians over rounds; deterministic outputs checked "
+        "against glibc's run)")
+    shutil.rmtree(work, ignore_errors=True)
+    return med
 
 
 def bench_bigblocks(args, allocs, out):
@@ -931,10 +997,12 @@ def main():
     ap.add_argument("--sizes", default="8,16,32,64,128,256,512,1024,2048,4096,8192,16384")
     ap.add_argument("--json")
     ap.add_argument("--plot", metavar="DIR")
+    ap.add_argument("--suite", metavar="DIR", help="a built mimalloc-bench checkout (bench suite)")
     args = ap.parse_args()
+    args.build = os.path.abspath(args.build)  # programs run in folders of their own
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "firstuse",
-             "instructions", "deferred", "rss", "idle", "apps", "bigblocks", "startup", "numa",
-             "thp"]
+             "instructions", "deferred", "rss", "idle", "apps", "suite", "bigblocks", "startup",
+             "numa", "thp"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -948,6 +1016,7 @@ def main():
     counts = sorted({2, 4, 8, 16, 2 * cpus} & set(range(2, 2 * cpus + 1)))
     out = {"machine": machine()}
     print(f"Machine: {machine()}\n")
+    programs = {}  # (program, alloc) -> median (time, RSS) of apps and suite
     for name in names:
         print(f"## {name}\n")
         if name == "micro":
@@ -980,7 +1049,9 @@ def main():
         elif name == "idle":
             bench_idle(args, allocs, out)
         elif name == "apps":
-            bench_apps(args, allocs, out)
+            programs.update(bench_apps(args, allocs, out))
+        elif name == "suite":
+            programs.update(bench_suite(args, allocs, out))
         elif name == "bigblocks":
             bench_bigblocks(args, allocs, out)
         elif name == "startup":
@@ -991,6 +1062,13 @@ def main():
             bench_thp(args, allocs, out)
         else:
             bench_instructions(args, allocs, out)
+    if {"apps", "suite"} <= set(names) and programs:
+        # The issue-24 targets are over both sets together.
+        listed = sorted({n for n, _ in programs})
+        print(f"Geometric means over the {len(listed)} programs of apps and suite, / jemalloc "
+              "(time / RSS): " + ", ".join(
+                  f"{a} {m}" for a, m in zip(allocs, jemalloc_means(programs, listed, allocs))))
+        print()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

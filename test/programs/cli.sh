@@ -89,5 +89,21 @@ else
   echo "note: matplotlib not installed; bench --plot not checked"
 fi
 
+# bench suite on a stand-in mimalloc-bench checkout: programs that allocate and print
+# what the real ones print (cfrac its result, larson its relative time) and one whose
+# throughput line is missing (rptest), which must be flagged, not tabled.
+mb="$work/mb"; mkdir -p "$mb/bench" "$mb/out/bench"
+fake() { printf '#include <stdio.h>\n#include <stdlib.h>\nint main(void){char*p=malloc(4096);p[0]=1;printf("%%s\\n",%s);free(p);return 0;}\n' "$2" |
+  cc -x c - -o "$mb/out/bench/$1"; }
+fake cfrac '"factors: 2 3 5"'
+fake larson '"Throughput = 1000 operations per second, relative time: 1.234s."'
+fake rptest '"no line"'
+"$uslab" bench suite --suite "$mb" --rounds 1 > "$work/suite.out" 2>/dev/null
+check 'grep -q "^| cfrac | " "$work/suite.out" && grep -q "^| larsonN | 1.234 / " "$work/suite.out" && grep -q "^Flagged: uslab under rptestN: its own check failed" "$work/suite.out" && grep -q "^Skipped: sh8benchN" "$work/suite.out"' \
+  "bench suite tables the stand-in programs, their own times, flags a run without its line ($(head -c 600 "$work/suite.out"))"
+"$uslab" bench suite --suite "$work" --rounds 1 > "$work/suite2.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "not a built mimalloc-bench checkout" "$work/suite2.out"' "bench suite refuses a folder that is not a checkout"
+
 echo "cli: $total checks, $fail failed"
 [ $fail -eq 0 ]
