@@ -47,6 +47,8 @@ USLAB_EXPORT void* calloc(size_t n, size_t size) {
 }
 
 USLAB_EXPORT void* realloc(void* p, size_t size) {
+  // malloc's inline fast path: Lua's allocator makes every object with realloc(NULL, n).
+  if (!p) return heap::alloc(size);
   void* q = heap::realloc(p, size);
   if (q || (p && size == 0)) return q;
   return heap::fail_nomem();

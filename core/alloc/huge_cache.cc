@@ -75,7 +75,14 @@ void huge_cache_put(Segment* seg) {
   size_t kept;
   {
     LockGuard g(lock_);
-    while (count_ > 0 && (count_ == kHugeCacheEntries || bytes_ + seg->mapped_bytes > kHugeCacheBytes)) {
+    // What a program is likely to reuse: a share of the rest of its heap (the blocks
+    // kept count in the mapped bytes, not in that rest), between the floor and the cap.
+    const size_t mapped = segment_mapped_bytes(), held = bytes_ + seg->mapped_bytes;
+    const size_t rest = mapped > held ? mapped - held : 0;  // racy: other threads map
+    size_t limit = rest / kHugeCacheHeapShare;
+    if (limit < kHugeCacheMinBytes) limit = kHugeCacheMinBytes;
+    if (limit > kHugeCacheBytes) limit = kHugeCacheBytes;
+    while (count_ > 0 && (count_ == kHugeCacheEntries || bytes_ + seg->mapped_bytes > limit)) {
       Segment* old = entries_[0].seg;
       remove_at(0);
       huge_segment_destroy(old);

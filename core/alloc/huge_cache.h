@@ -5,7 +5,10 @@
 // that allocates and frees blocks of many MiB in a loop reuses them instead of
 // faulting fresh zero pages in every time (glibc avoids that storm by raising its
 // mmap threshold; jemalloc and mimalloc were measured taking 15x and 6.5x glibc's
-// time on it). At most kHugeCacheBytes in all, each at most kHugeCacheEntryBytes;
+// time on it). At most a quarter of the rest of the heap's mapped bytes (so a
+// program whose huge blocks are a small part of its heap does not keep a peak's worth
+// beside it: sqlite3 kept 63 MB of them on a 274 MB peak), but kHugeCacheMinBytes
+// whatever the heap, and kHugeCacheBytes at most; each at most kHugeCacheEntryBytes;
 // the oldest go first, and the decay tick and malloc_trim unmap them. A request none
 // fits takes the largest to grow (huge_cache_take_largest): kept blocks never add to
 // a peak that keeps rising.
@@ -23,6 +26,8 @@ namespace uslab {
 constexpr size_t kHugeCacheEntries = 8;
 constexpr size_t kHugeCacheEntryBytes = size_t{64} << 20;
 constexpr size_t kHugeCacheBytes = size_t{128} << 20;
+constexpr size_t kHugeCacheMinBytes = size_t{32} << 20;
+constexpr size_t kHugeCacheHeapShare = 4;
 
 // The smallest cached segment that can hold obj_bytes (a page multiple; the object
 // at the default offset, so alignment up to a page), its span set up for obj_bytes;

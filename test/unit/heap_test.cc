@@ -2,6 +2,7 @@
 // slab batches and double-free detection, alignment, realloc, zeroing, and
 // cross-thread frees through the thread caches with content verification.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -297,6 +298,18 @@ TEST_CASE("freed huge blocks are reused without new pages, grown, zeroed for cal
   heap::free(c);
   heap::trim();
   REQUIRE(huge_cache_bytes() == 0);
+  // Kept blocks are bounded by a share of the rest of the heap (at least 32 MiB):
+  // four 20 MiB blocks freed in a small heap leave one kept, not four.
+  std::vector<void*> blocks(4);
+  for (void*& blk : blocks) blk = heap::alloc(20 * kMiB);
+  for (void* blk : blocks) heap::free(blk);
+  const size_t kept = huge_cache_bytes();
+  const size_t rest = segment_mapped_bytes() - kept;
+  INFO("kept " << kept << " of a heap of " << rest << " bytes besides");
+  REQUIRE(kept > 0);
+  CHECK(kept <= std::max(kHugeCacheMinBytes, rest / kHugeCacheHeapShare));
+  if (rest / kHugeCacheHeapShare < 40 * kMiB) CHECK(kept < 40 * kMiB);
+  heap::trim();
 }
 
 TEST_CASE("the decay tick empties the CPU sheaves of classes in use") {
