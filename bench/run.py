@@ -697,6 +697,13 @@ def compare_programs(args, allocs, out, key, programs, run, command):
     return med
 
 
+def not_served_why(lib, bindings):
+    """Why lib did not serve a run whose LD_DEBUG=bindings files are in `bindings`
+    (None when it did, or when the run was not a warm-up that logged them)."""
+    import ab
+    return ab.served(lib, ab.malloc_bindings(bindings)) if bindings else None
+
+
 def jemalloc_means(med, programs, names):
     """Per allocator, "time / RSS" geometric means of its ratios to jemalloc over the
     programs both served."""
@@ -735,8 +742,7 @@ def bench_apps(args, allocs, out):
         stdin = os.path.join(d, app.stdin) if app.stdin else os.devnull
         r, status, digest, stdout = ab.run_once(spawn, app.cmd, lib, [], work, stdin, bindings,
                                                 cwd=d, command_env=app.env, keep_stdout=True)
-        why = ab.served(lib, ab.malloc_bindings(bindings)) if bindings else None
-        return r, status, digest, stdout, why
+        return r, status, digest, stdout, not_served_why(lib, bindings)
 
     med = compare_programs(
         args, allocs, out, "apps", present, run,
@@ -774,8 +780,7 @@ def bench_suite(args, allocs, out):
         own = p.time(stdout.decode(errors="replace")) if p.time else None
         if own is not None:
             r["wall_s"] = own  # without it, p.check flags the run
-        why = ab.served(lib, ab.malloc_bindings(bindings)) if bindings else None
-        return r, status, digest, stdout, why
+        return r, status, digest, stdout, not_served_why(lib, bindings)
 
     med = compare_programs(
         args, allocs, out, "suite", present, run,
