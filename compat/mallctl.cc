@@ -171,6 +171,47 @@ int stats_ctl(const char* name, const Call& c) {
   return c.read_only(value);
 }
 
+// jemalloc's profiler controls (opt.prof, prof.active, prof.dump, prof.reset,
+// prof.lg_sample), served by uslab's (core/prof/prof.h).
+size_t lg_of(uint64_t bytes) {
+  size_t lg = 0;
+  while ((uint64_t{2} << lg) <= bytes) lg++;
+  return lg;
+}
+
+int prof_ctl(const char* name, const Call& c) {
+  auto is = [name](const char* n) { return strcmp(name, n) == 0; };
+  if (is("opt.prof")) return c.read_only(prof::enabled());
+  if (is("opt.lg_prof_sample") || is("prof.lg_sample")) return c.read_only(lg_of(g_sample_bytes));
+  if (is("opt.prof_prefix")) return c.read_only(static_cast<const char*>(g_config.prof_prefix));
+  if (is("opt.prof_final")) return c.read_only(g_config.prof_final);
+  if (is("prof.active")) {
+    bool old = prof::active();
+    if (c.writes()) {
+      bool on;
+      if (int err = c.written(&on)) return err;
+      if (!prof::set_active(on)) return EPERM;  // as jemalloc without opt.prof
+    }
+    return c.read(old);
+  }
+  if (is("prof.dump")) {
+    if (c.reads()) return EPERM;
+    const char* path = nullptr;
+    if (c.newp && c.written(&path)) return EINVAL;
+    return prof::enabled() ? (prof::dump(path) ? EFAULT : 0) : ENOENT;
+  }
+  if (is("prof.reset")) {
+    if (c.reads()) return EPERM;
+    size_t lg = 0;
+    if (c.newp && c.written(&lg)) return EINVAL;
+    if (lg > 40) return EINVAL;
+    if (!prof::enabled()) return ENOENT;
+    prof::reset(c.newp ? uint64_t{1} << lg : 0);
+    return 0;
+  }
+  return -1;
+}
+
 int ctl(const char* name, const Call& c) {
   auto is = [name](const char* n) { return strcmp(name, n) == 0; };
   if (is("epoch")) {
@@ -185,6 +226,8 @@ int ctl(const char* name, const Call& c) {
     return c.read(c.writes() ? g_epoch : old);
   }
   if (is("version")) return c.read_only(static_cast<const char*>("uslab-0.1.0"));
+  if (strncmp(name, "prof.", 5) == 0 || strncmp(name, "opt.prof", 8) == 0 || is("opt.lg_prof_sample"))
+    if (int r = prof_ctl(name, c); r >= 0) return r;
   if (is("thread.tcache.flush")) {
     if (int err = c.neither()) return err;
     heap::flush_thread_cache();

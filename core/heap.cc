@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/prof/prof.h"
+
 namespace uslab::heap {
 
 namespace {
@@ -62,6 +64,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
     Span* s = g_page_heap[current_shard()].alloc(npages, align_pages, SpanKind::kLarge, &z);
     if (!s) return os::fail_nomem();
     if (zeroed) *zeroed = z;
+    if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(s);
     return s->start;
   }
   Span* desc;
@@ -93,6 +96,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   g_huge_count.fetch_add(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
   if (zeroed) *zeroed = fresh;
+  if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(desc);
   return desc->start;
 }
 
@@ -104,15 +108,18 @@ void free_slow(void* p, uintptr_t e) {
     // The fast path takes every valid object of a size class; cache objects come here.
     ObjCache* c = obj_cache_of(cls);
     if (!c || !slab_of(p, e)) return report_bad_free(p, "free of invalid pointer", cls);
+    if (prof::g_cache_samples) prof::on_cache_free(p);
     obj_cache_on_free(c, p);
     return free_object(p, cls);
   }
   if (Span* s = large_of(p, e)) {
+    if (__builtin_expect(s->sampled, 0)) prof::on_sampled_free(s);
     if (is_huge(s))
       free_huge(s->segment);
     else
       page_heap_of(s).free(s);
     decay_notice();
+    prof::poll();
     return;
   }
   Span* s = PageMap::span_of(e);
@@ -176,6 +183,14 @@ Span* huge_resize(Span* l, size_t size, bool may_move) {
   return seg->huge_span;
 }
 
+// Large span l was resized in place, or moved from `was` (its old start): the
+// profiler forgets the object it sampled and counts the new size as an allocation,
+// as jemalloc's does for realloc.
+void resampled(Span* l, const void* was = nullptr) {
+  if (__builtin_expect(l->sampled, 0)) prof::on_sampled_free(l, was ? was : l->start);
+  if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(l);
+}
+
 // Resizes large span l (object p) in place to `size` bytes when its pages allow;
 // false when the object must move.
 bool large_resize_in_place(Span* l, size_t size) {
@@ -202,7 +217,9 @@ size_t resize_in_place(void* p, size_t size) {
   uintptr_t e = PageMap::entry(p);
   if (Span* s = slab_of(p, e)) return s->obj_size;
   if (Span* l = large_of(p, e)) {
+    size_t old = l->bytes();
     large_resize_in_place(l, size);
+    if (l->bytes() != old) resampled(l);
     decay_notice();
     return l->bytes();
   }
@@ -237,6 +254,8 @@ void* realloc(void* p, size_t size) {
     // the peak holds the block once (a copy held both until the free).
     Span* moved = !resized && is_huge(l) && !g_config.guard && huge_size(size)
                       ? huge_resize(l, size, true) : nullptr;
+    if (resized && l->bytes() != old_size) resampled(l);
+    if (moved) resampled(moved, p);
     decay_notice();
     if (resized) return p;
     if (moved) return moved->start;
@@ -345,6 +364,8 @@ inline size_t scan_slab(const SlabRange slab, void* const* ptrs, size_t i, size_
 // short one through the single-object push, which costs less than a batch section.
 inline void free_run(unsigned cls, void* const* ptrs, size_t n) {
   if (n == 0) return;
+  if (__builtin_expect(prof::g_cache_samples != 0, 0) && cls >= kFirstCacheClass)
+    for (size_t i = 0; i < n; i++) prof::on_cache_free(ptrs[i]);
   if (n > 2)
     free_bulk_class(cls, ptrs, n);
   else
@@ -437,6 +458,7 @@ bool belongs(const ObjCache* c, const void* p, SlabRange* slab) {
 void cache_free(ObjCache* c, void* p) {
   SlabRange slab;
   if (!p || !belongs(c, p, &slab)) return;
+  if (prof::g_cache_samples) prof::on_cache_free(p);
   obj_cache_on_free(c, p);
   free_object(p, c->cls);
 }
@@ -756,6 +778,7 @@ void init() {
     if (fd >= 0) g_report_fd = fd;
   }
   background_init();
+  prof::init();
 }
 
 bool stats_at_exit() {
@@ -810,10 +833,12 @@ void fork_prepare() {
   percpu_fork_prepare();
   size_t n = collect_fork_locks();
   for (size_t i = 0; i < n; i++) g_fork_locks[i]->lock();
+  prof::fork_prepare();
 }
 
 void fork_parent() {
   if (g_fork_interrupted) return;
+  prof::fork_parent();
   size_t n = collect_fork_locks();
   for (size_t i = n; i-- > 0;) g_fork_locks[i]->unlock();
   percpu_fork_parent();
@@ -825,6 +850,7 @@ void fork_child() {
   forget_current_tid();
   size_t n = collect_fork_locks();
   for (size_t i = 0; i < n; i++) g_fork_locks[i]->reset_after_fork();
+  prof::fork_child();
   percpu_fork_child();
   thread_cache_registry_lock().reset_after_fork();
   deferred_fork_child(!g_fork_interrupted);

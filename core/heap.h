@@ -190,3 +190,4 @@ void fork_child();
 }  // namespace uslab::heap
 
 #include "core/deferred.h"
+#include "core/prof/prof.h"

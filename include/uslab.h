@@ -70,6 +70,13 @@ void uslab_topology_print(void (*write_cb)(void *opaque, const char *text), void
 /* Returns cached free memory to the OS now (as malloc_trim(0)); bytes released. */
 size_t uslab_trim(void);
 
+/* Heap profiling (USLAB_CONF=prof=true; README "Heap profiling"): writes the profile
+   now, as pprof's profile.proto at `path` (NULL: PREFIX.PID.SEQ.dump.pb, after
+   prof_prefix) with the live objects and everything allocated since start, and the
+   folded stacks beside it (path.inuse.folded, path.alloc.folded). 0, or an errno
+   value: EINVAL when profiling is off, else why the file could not be written. */
+int uslab_prof_dump(const char *path);
+
 /* ---- Object caches (the kernel's kmem_cache) ----
  * A cache hands out objects of one size and alignment from slabs of its own, through
  * the same lockless per-CPU path as malloc. The constructor, when given, runs once

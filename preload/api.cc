@@ -22,6 +22,8 @@ USLAB_EXPORT void uslab_topology_print(void (*write_cb)(void*, const char*), voi
 
 USLAB_EXPORT size_t uslab_trim(void) { return uslab::heap::trim(); }
 
+USLAB_EXPORT int uslab_prof_dump(const char* path) { return uslab::prof::dump(path); }
+
 USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
   if (!out || size == 0 || size > sizeof(uslab_stats_t)) {
     errno = EINVAL;

@@ -18,6 +18,7 @@ __attribute__((constructor(101))) void uslab_process_init() {
 }
 
 __attribute__((destructor(101))) void uslab_process_fini() {
+  uslab::prof::at_exit();
   if (uslab::heap::stats_at_exit()) uslab::heap::stats_print_stderr();
 }
 

@@ -18,6 +18,7 @@
 #include "core/alloc/page_heap.h"
 #include "core/alloc/paged_pool.h"
 #include "core/alloc/percpu.h"
+#include "core/alloc/sampler.h"
 #include "core/alloc/segment.h"
 #include "core/alloc/shard.h"
 #include "core/alloc/thread_cache.h"

@@ -12,6 +12,7 @@
 
 #include "core/alloc/background.h"
 #include "core/alloc/decay.h"
+#include "core/alloc/sampler.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/huge_cache.h"
 #include "core/alloc/thread_cache.h"
@@ -84,6 +85,10 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   uint32_t misses_before[kMaxClasses];
   uint8_t steal_wait[kMaxClasses];  // misses before a class denied capacity tries again
   uint64_t pages_ready;  // pages of the CPU's region prepare_slots backed (a bit each)
+  // The heap profiler's streams (sampler.h): allocations after the current leg up to
+  // the next sample, per class, armed in epoch sample_epoch.
+  uint32_t sample_epoch;
+  uint64_t sample_left[kMaxClasses];
 };
 
 constexpr uint32_t kNoCpu = ~uint32_t{0};
@@ -136,11 +141,33 @@ uint32_t usable_cpu() {
 // first miss, before they are read (first_touch.h: a read first maps the zero page,
 // whose replacement at the first write interrupts every CPU of the process). The
 // headers of c's sheaves are not included: the fast paths have read them by then.
+// Sets the hit counter of class cls on CPU c (the heap profiler's legs, sampler.h),
+// banking the difference so that the hit statistics stay whole. c's lock held, or c
+// unused yet. A thread on c may add to the counter meanwhile (its fast path is one
+// add, not atomic with this store from another CPU): a pop lost to the profile's
+// schedule, nothing else.
+void set_hits(uint32_t c, CpuMeta& m, unsigned cls, uint16_t value) {
+  auto* h = reinterpret_cast<uint16_t*>(region_of(c) + kHitsOffset);
+  uint16_t old = __atomic_load_n(&h[cls], __ATOMIC_RELAXED);
+  __atomic_store_n(&h[cls], value, __ATOMIC_RELAXED);
+  m.class_hits[cls].fetch_add(static_cast<uint64_t>((int64_t{old} - int64_t{value}) / int64_t{kHitStep}),
+                              std::memory_order_relaxed);
+}
+
+// Arms every class's sampling stream of CPU c (sampler.h).
+void arm_sampling(uint32_t c, CpuMeta& m) {
+  m.sample_epoch = g_sample_epoch;
+  for (unsigned cls = 1; cls < kMaxClasses; cls++) set_hits(c, m, cls, sample_arm(&m.sample_left[cls], cls));
+}
+
 void prepare_cpu(uint32_t c) {
   uint64_t bit = uint64_t{1} << (c % 64);
   if (cpu_prepared_[c / 64].load(std::memory_order_acquire) & bit) return;
   os::populate(&meta_[c], sizeof(CpuMeta));
   prepare_shard(shard_of_cpu(c));
+  // Sampling from the CPU's first allocation: its streams' first legs would otherwise
+  // be whole laps of 4096 pops, none of them sampled.
+  if (g_sampling) arm_sampling(c, meta_[c]);
   cpu_prepared_[c / 64].fetch_or(bit, std::memory_order_release);
 }
 
@@ -354,6 +381,7 @@ void* percpu_alloc_tick(unsigned cls) {
   // counts again. Any CPU's bank will do (the statistics sum them): the thread may
   // have moved since.
   uint32_t c = rseq_cpu_id();
+  bool sampled = false;
   if (c < g_cpu_count) {
     CpuMeta& m = meta_[c];
     m.class_hits[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
@@ -361,8 +389,20 @@ void* percpu_alloc_tick(unsigned cls) {
     // without the mark, the class that triggers the ticks would look idle to them.
     LockGuard g(m.lock);
     m.active.set(cls, true);
+    if (__builtin_expect(g_sampling, 0)) {
+      if (m.sample_epoch != g_sample_epoch) {
+        arm_sampling(c, m);
+      } else {
+        uint16_t next;
+        sampled = sample_on_carry(&m.sample_left[cls], cls, &next);
+        // The retry's pop adds a step to the counter; a sampled object takes none.
+        set_hits(c, m, cls, static_cast<uint16_t>(sampled ? next : next - kHitStep));
+      }
+    }
   }
   decay_notice();
+  if (__builtin_expect(sampled, 0))
+    if (void* p = g_sample_hooks->small(cls)) return p;
   return percpu_alloc(cls);
 }
 void percpu_free_retry(void* p, unsigned cls) { percpu_free(p, cls); }

@@ -67,6 +67,7 @@ struct alignas(128) Span {
   uint64_t freed_at_ms;  // free spans: when their oldest dirty page became free (decay)
   uint32_t first_page;  // index in the segment (0 for huge segments)
   uint16_t shard;       // slabs: the shard that carved it (shard.h); fixed for its life
+  uint8_t sampled;      // large and huge: the heap profiler tracks its object (core/prof)
   // Slabs: the free bitmap (1 bit = free). Inline for up to kInlineBitmapBits
   // objects; a slab of more (the 8 and 16 B classes) keeps it in a 128-byte record
   // from its page heap's descriptor pool, whose address is the first inline word.

@@ -4,6 +4,7 @@
 #include "core/alloc/thread_cache.h"
 
 #include "core/alloc/decay.h"
+#include "core/alloc/sampler.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"
 
@@ -81,6 +82,20 @@ void on_thread_exit(void* arg) {
 
 // The calling thread's cache, created on first use; nullptr when this thread must
 // go straight to the central lists (caches disabled, thread exiting, no memory).
+// Sets bin cls's hit counter (the profiler's legs, sampler.h), banking the difference
+// so that the hit statistics stay whole. The owner only.
+void set_bin_hits(ThreadCache* tc, unsigned cls, uint16_t value) {
+  CacheBin& b = tc->bins[cls];
+  banked_hits_[cls].fetch_add(static_cast<uint64_t>((int64_t{b.hits} - int64_t{value}) / int64_t{kHitStep}),
+                              std::memory_order_relaxed);
+  b.hits = value;
+}
+
+void arm_sampling(ThreadCache* tc) {
+  tc->sample_epoch = g_sample_epoch;
+  for (unsigned cls = 1; cls < kNumClasses; cls++) set_bin_hits(tc, cls, sample_arm(&tc->sample_left[cls], cls));
+}
+
 ThreadCache* create() {
   config_init();
   if (t_state == kThreadTornDown || !g_config.tcache) return nullptr;
@@ -107,6 +122,7 @@ ThreadCache* create() {
     LockGuard g(registry_lock_);
     registry_.push_front(tc);
   }
+  if (g_sampling) arm_sampling(tc);
   t_cache = tc;
   t_state = kThreadActive;
   // May calloc (keys past the first 32): t_cache is already set, so that nests fine.
@@ -148,6 +164,22 @@ void* thread_cache_alloc_tick(unsigned cls) {
   // The bin is not empty (its counter only moves on a pop). The pop below counts
   // once more, hence one hit less banked.
   banked_hits_[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
+  if (__builtin_expect(g_sampling, 0)) {
+    ThreadCache* tc = t_cache;
+    if (tc->sample_epoch != g_sample_epoch) {
+      arm_sampling(tc);
+    } else {
+      uint16_t next;
+      bool sampled = sample_on_carry(&tc->sample_left[cls], cls, &next);
+      // The pop below adds a step to the counter; a sampled object takes none.
+      set_bin_hits(tc, cls, static_cast<uint16_t>(sampled ? next : next - kHitStep));
+      if (sampled)
+        if (void* p = g_sample_hooks->small(cls)) {
+          decay_notice();
+          return p;
+        }
+    }
+  }
   void* p = thread_cache_alloc(cls);
   decay_notice();  // after the pop, as in thread_cache_alloc_slow
   return p;

@@ -57,6 +57,9 @@ struct ThreadCache {
   uint64_t flushes;
   uint64_t decay_ticks;  // the decay tick count when the bins were last given back
   unsigned shard;  // whose central lists refill the bins (shard.h)
+  // The heap profiler's streams (sampler.h), as per CPU in percpu.cc.
+  uint32_t sample_epoch;
+  uint64_t sample_left[kMaxClasses];
 };
 
 enum : uint8_t { kThreadFresh = 0, kThreadActive = 1, kThreadTornDown = 2 };

@@ -67,6 +67,23 @@ bool parse_size(const char* v, size_t n, uint64_t* out) {
   return true;
 }
 
+// A signal by number (1-64) or name (SIGUSR2 or USR2; the ones a program leaves to
+// its user: USR1, USR2, and the real-time ones as RTMIN+n).
+bool parse_signal(const char* v, size_t n, uint64_t* out) {
+  if (n > 3 && memcmp(v, "SIG", 3) == 0) {
+    v += 3;
+    n -= 3;
+  }
+  uint64_t x;
+  if (key_is(v, n, "USR1")) x = 10;
+  else if (key_is(v, n, "USR2")) x = 12;
+  else if (n > 6 && memcmp(v, "RTMIN+", 6) == 0 && parse_u64(v + 6, n - 6, &x)) x += 34;
+  else if (!parse_u64(v, n, &x)) return false;
+  if (x < 1 || x > 64 || x == 9 || x == 19) return false;  // SIGKILL and SIGSTOP cannot be caught
+  *out = x;
+  return true;
+}
+
 void warn(const char* origin, const char* what, const char* k, size_t klen) {
   char key[64];
   size_t n = klen < sizeof key - 1 ? klen : sizeof key - 1;
@@ -122,6 +139,29 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_bool(v, vlen, &cfg.poison);
   } else if (key_is(k, klen, "guard")) {
     ok = parse_bool(v, vlen, &cfg.guard);
+  } else if (key_is(k, klen, "prof")) {
+    ok = parse_bool(v, vlen, &cfg.prof);
+  } else if (key_is(k, klen, "prof_active")) {
+    ok = parse_bool(v, vlen, &cfg.prof_active);
+  } else if (key_is(k, klen, "prof_sample")) {
+    uint64_t bytes;
+    ok = parse_size(v, vlen, &bytes) && bytes >= 1 && bytes <= (uint64_t{1} << 40);
+    if (ok) cfg.prof_sample = bytes;
+  } else if (key_is(k, klen, "prof_prefix") || key_is(k, klen, "prof_final")) {
+    // prof_final takes a bool or, as a shorthand, the prefix itself (turning it on).
+    bool on;
+    ok = vlen > 0 && vlen < sizeof cfg.prof_prefix;
+    if (ok && key_is(k, klen, "prof_final") && parse_bool(v, vlen, &on)) {
+      cfg.prof_final = on;
+    } else if (ok) {
+      memcpy(cfg.prof_prefix, v, vlen);
+      cfg.prof_prefix[vlen] = 0;
+      if (key_is(k, klen, "prof_final")) cfg.prof_final = true;
+    }
+  } else if (key_is(k, klen, "prof_interval")) {
+    ok = parse_size(v, vlen, &cfg.prof_interval);
+  } else if (key_is(k, klen, "prof_signal")) {
+    ok = parse_signal(v, vlen, &cfg.prof_signal);
   } else if (key_is(k, klen, "topology")) {
     ok = true;
     if (key_is(v, vlen, "auto")) cfg.topology = TopologySource::kAuto;

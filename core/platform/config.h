@@ -48,6 +48,17 @@ struct Config {
   // get mappings of their own with inaccessible pages on both sides (heap.cc).
   bool poison = false;
   bool guard = false;
+  // The heap profiler (core/prof/prof.h): on, sampling from the start (prof_active),
+  // a sample every prof_sample bytes on average, files named after prof_prefix, written
+  // at exit (prof_final), every prof_interval bytes of live-heap growth (0: never), and
+  // on signal prof_signal (0: none).
+  bool prof = false;
+  bool prof_active = true;
+  uint64_t prof_sample = 512 << 10;
+  char prof_prefix[256] = "uslab";
+  bool prof_final = true;
+  uint64_t prof_interval = 0;
+  uint64_t prof_signal = 0;
 };
 
 constexpr uint64_t kMemoryLimitNone = UINT64_MAX;

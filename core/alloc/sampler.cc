@@ -1,0 +1,142 @@
+// core/alloc/sampler.cc — the sampling schedule (sampler.h): exponential draws, the
+// hit-counter legs, the large allocations' byte countdown. Locking: see sampler.h;
+// everything here is the caller's stream or the calling thread's.
+#include "core/alloc/sampler.h"
+
+#include <cstring>
+
+#include "core/platform/os.h"
+
+namespace uslab {
+
+bool g_sampling = false;
+uint64_t g_sample_bytes = 512 << 10;
+uint32_t g_sample_epoch = 0;
+const SampleHooks* g_sample_hooks = nullptr;
+
+namespace {
+
+__thread uint64_t t_rng __attribute__((tls_model("initial-exec")));
+// Bytes left before the next large allocation sample; 0: not drawn yet.
+__thread uint64_t t_large_left __attribute__((tls_model("initial-exec")));
+
+constexpr double kLn2 = 0.6931471805599453;
+constexpr uint64_t kMaxCount = uint64_t{1} << 40;
+constexpr uint64_t kLeg = 65536 / kHitStep;  // pops from one carry to the next
+
+// A uniform double in (0, 1] (xorshift64*, seeded per thread).
+double uniform() {
+  uint64_t x = t_rng;
+  if (x == 0) x = os::random_u64() | 1;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  t_rng = x;
+  uint64_t r = x * 0x2545F4914F6CDD1DULL;
+  return static_cast<double>((r >> 11) + 1) * 0x1.0p-53;
+}
+
+// Natural logarithm of x > 0 (libm is not ours to call): x = m 2^e with m in
+// [0.707, 1.414), ln m = 2 atanh((m - 1) / (m + 1)) by its series (error < 1e-9).
+double ln(double x) {
+  uint64_t b;
+  memcpy(&b, &x, sizeof b);
+  int e = static_cast<int>((b >> 52) & 0x7ff) - 1023;
+  b = (b & ((uint64_t{1} << 52) - 1)) | (uint64_t{1023} << 52);
+  double m;
+  memcpy(&m, &b, sizeof m);
+  if (m > 1.4142135623730951) {
+    m *= 0.5;
+    e++;
+  }
+  double t = (m - 1) / (m + 1), t2 = t * t;
+  double s = t * (2 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11))))));
+  return s + e * kLn2;
+}
+
+// 1 - exp(-y) for y ≥ 0, accurate in relative terms also for tiny y (an 8-byte
+// object at a 512 KiB mean: y = 1.5e-5).
+double one_minus_exp_neg(double y) {
+  if (y < 1e-2) return y * (1 - y / 2 * (1 - y / 3 * (1 - y / 4 * (1 - y / 5))));
+  if (y > 700) return 1;
+  int k = static_cast<int>(y / kLn2);
+  double r = y - k * kLn2;  // exp(-y) = 2^-k exp(-r), r in [0, ln 2)
+  double term = 1, sum = 1;
+  for (int i = 1; i <= 14; i++) {
+    term *= -r / i;
+    sum += term;
+  }
+  uint64_t bits = static_cast<uint64_t>(1023 - k) << 52;  // 2^-k, k < 1010
+  double scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return 1 - sum * scale;
+}
+
+double draw_exponential() { return -ln(uniform()) * static_cast<double>(g_sample_bytes); }
+
+}  // namespace
+
+double sample_probability(size_t size) {
+  return one_minus_exp_neg(static_cast<double>(size) / static_cast<double>(g_sample_bytes));
+}
+
+uint64_t sample_draw_count(size_t size) {
+  double n = draw_exponential() / static_cast<double>(size ? size : 1);
+  if (!(n < static_cast<double>(kMaxCount))) return kMaxCount;
+  uint64_t k = static_cast<uint64_t>(n);
+  return k + 1;  // the allocation whose bytes hold the sample point
+}
+
+uint64_t sample_draw_bytes() {
+  double x = draw_exponential();
+  return x < 1 ? 1 : x > 0x1.0p62 ? uint64_t{1} << 62 : static_cast<uint64_t>(x);
+}
+
+namespace {
+
+// The counter value that carries after min(*left, kLeg) more pops; *left keeps the rest.
+uint16_t leg(uint64_t* left) {
+  uint64_t k = *left < kLeg ? *left : kLeg;
+  *left -= k;
+  return static_cast<uint16_t>(65536 - k * kHitStep);  // kLeg pops: 0, a whole lap
+}
+
+}  // namespace
+
+// A class with no size yet (an object cache not created): armed at its first carry.
+constexpr uint64_t kUnarmed = ~uint64_t{0};
+
+uint16_t sample_arm(uint64_t* left, unsigned cls) {
+  if (class_size(cls) == 0) {
+    *left = kUnarmed;
+    return 0;
+  }
+  *left = sample_draw_count(class_size(cls));
+  return leg(left);
+}
+
+bool sample_on_carry(uint64_t* left, unsigned cls, uint16_t* counter) {
+  if (*left == kUnarmed) {
+    *counter = sample_arm(left, cls);
+    return false;
+  }
+  if (*left == 0) {
+    *counter = sample_arm(left, cls);
+    return true;
+  }
+  *counter = leg(left);
+  return false;
+}
+
+bool sample_large(size_t bytes) {
+  uint64_t left = t_large_left;
+  if (left == 0) left = sample_draw_bytes();
+  if (bytes < left) {
+    t_large_left = left - bytes;
+    return false;
+  }
+  t_large_left = sample_draw_bytes();
+  return true;
+}
+
+}  // namespace uslab

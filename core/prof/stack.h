@@ -1,0 +1,40 @@
+// core/prof/stack.h — call stacks of sampled allocations (the heap profiler, prof.h).
+//
+// Owns: the capture of the calling thread's stack, and what of it belongs to the
+// program. Stacks are unwound from the .eh_frame tables (libgcc_s's
+// _Unwind_Backtrace, opened with dlopen by stack_init so that libuslab.so needs libc
+// alone), so they are right in programs built without frame pointers (Debian's
+// python3, cc1plus); where libgcc_s cannot be opened, frame pointers are walked.
+// The frames inside uslab (the profiler, the allocator, the shim) are dropped: the
+// shim's entry points tail-call their slow paths, so which one the program called
+// is read from the call instruction before the first frame kept (write.cc).
+//
+// Locking: none. The unwinder takes ld.so's loader lock (dl_iterate_phdr), which a
+// thread holds while it maps objects but not while it allocates, and libgcc's lock of
+// frames registered at run time (JITs), never around an allocation. Capture
+// allocates nothing; a re-entry (a signal handler, an unwinder that allocates) is
+// the caller's to refuse (prof.cc's t_in_prof).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uslab::prof {
+
+constexpr unsigned kMaxFrames = 64;
+
+struct Stack {
+  unsigned depth = 0;
+  uintptr_t frames[kMaxFrames];  // return addresses in the program, innermost first
+};
+
+// Opens the unwinder and finds uslab's own code (from the library's constructor:
+// dlopen allocates). Idempotent.
+void stack_init();
+// The calling thread's stack, uslab's frames dropped.
+void stack_capture(Stack* out);
+// Whether pc lies in uslab's own code (empty when uslab is linked into the program
+// itself, as in the unit tests: nothing is dropped then).
+bool stack_in_uslab(uintptr_t pc);
+
+}  // namespace uslab::prof
