@@ -29,6 +29,10 @@ Span* large_of(const void* p, uintptr_t e) {
 
 bool is_huge(const Span* s) { return s->segment->kind == SegmentKind::kHuge; }
 
+// A large span's usable size: its pages, or the class size of the small object the
+// profiler sampled into it (the program sees the size it would have had unsampled).
+size_t large_usable(const Span* s) { return s->sampled == Span::kSampledSmall ? s->obj_size : s->bytes(); }
+
 void free_huge(Segment* seg) {
   g_huge_count.fetch_sub(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_sub(seg->huge_span->bytes(), std::memory_order_relaxed);
@@ -164,7 +168,7 @@ void* alloc_zeroed(size_t size) {
 size_t usable_size(const void* p) {
   uintptr_t e = PageMap::entry(p);
   if (Span* s = slab_of(p, e)) return s->obj_size;
-  if (Span* s = large_of(p, e)) return s->bytes();
+  if (Span* s = large_of(p, e)) return large_usable(s);
   return 0;
 }
 
@@ -221,7 +225,7 @@ size_t resize_in_place(void* p, size_t size) {
     large_resize_in_place(l, size);
     if (l->bytes() != old) resampled(l);
     decay_notice();
-    return l->bytes();
+    return large_usable(l);
   }
   config_init();
   report_bad_free(p, "resize of invalid pointer", 0);
@@ -271,6 +275,25 @@ void* realloc(void* p, size_t size) {
   return q;
 }
 
+namespace {
+
+// The objects of a bulk allocation the profiler samples (batches take no hit
+// counter: each object is counted down as the large ones are, sampler.h) are
+// replaced by the hook's, which it tracks. Returns n.
+size_t sampled_bulk(unsigned cls, size_t n, void** out) {
+  if (__builtin_expect(!g_sampling, 1)) return n;
+  for (size_t i = 0; i < n; i++)
+    if (sample_large(class_size(cls)))
+      if (void* q = g_sample_hooks->small(cls)) {
+        if (ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr) obj_cache_on_free(c, out[i]);
+        free_object(out[i], cls);
+        out[i] = q;
+      }
+  return n;
+}
+
+}  // namespace
+
 size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
   // A program whose first allocation is a bulk one decides the front end here (once
   // g_percpu is set, no call).
@@ -285,7 +308,7 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
     return n;
   }
   size_t got = g_percpu ? percpu_take(cls, out, n) : 0;
-  if (got == n) return n;
+  if (got == n) return sampled_bulk(cls, n, out);
   while (got < n) {
     size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
     size_t k = g_depot[current_shard()][cls].take(cls, out + got, want);
@@ -297,7 +320,7 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
     got += k;
   }
   decay_notice();  // past the CPU sheaf, as a refill
-  return n;
+  return sampled_bulk(cls, n, out);
 }
 
 namespace {

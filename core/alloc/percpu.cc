@@ -160,6 +160,35 @@ void arm_sampling(uint32_t c, CpuMeta& m) {
   for (unsigned cls = 1; cls < kMaxClasses; cls++) set_hits(c, m, cls, sample_arm(&m.sample_left[cls], cls));
 }
 
+// A carry of class cls's counter on CPU c (lock held): whether the allocation is the
+// sampled one, with the counter set for the next leg. `retry`: the allocation will
+// pop again through the fast path, which adds its step.
+bool sample_carry(uint32_t c, CpuMeta& m, unsigned cls, bool retry) {
+  if (m.sample_epoch != g_sample_epoch) {
+    arm_sampling(c, m);
+    return false;
+  }
+  uint16_t next;
+  bool sampled = sample_on_carry(&m.sample_left[cls], cls, &next);
+  set_hits(c, m, cls, static_cast<uint16_t>(sampled || !retry ? next : next - kHitStep));
+  return sampled;
+}
+
+// An allocation served by a miss, counted in its class's sampling stream as the
+// fast path counts a pop (the statistics count it as a hit: only while sampling):
+// without this, 1 in a batch of a class that always misses (a program that keeps
+// what it allocates) was never sampled. True when it is the sampled one.
+bool sample_miss(uint32_t c, unsigned cls) {
+  CpuMeta& m = meta_[c];
+  LockGuard g(m.lock);
+  auto* h = reinterpret_cast<uint16_t*>(region_of(c) + kHitsOffset);
+  uint16_t v = static_cast<uint16_t>(__atomic_load_n(&h[cls], __ATOMIC_RELAXED) + kHitStep);
+  __atomic_store_n(&h[cls], v, __ATOMIC_RELAXED);
+  if (v >= kHitStep) return false;
+  m.class_hits[cls].fetch_add(kHitsPerCarry, std::memory_order_relaxed);
+  return sample_carry(c, m, cls, false);
+}
+
 void prepare_cpu(uint32_t c) {
   uint64_t bit = uint64_t{1} << (c % 64);
   if (cpu_prepared_[c / 64].load(std::memory_order_acquire) & bit) return;
@@ -389,16 +418,7 @@ void* percpu_alloc_tick(unsigned cls) {
     // without the mark, the class that triggers the ticks would look idle to them.
     LockGuard g(m.lock);
     m.active.set(cls, true);
-    if (__builtin_expect(g_sampling, 0)) {
-      if (m.sample_epoch != g_sample_epoch) {
-        arm_sampling(c, m);
-      } else {
-        uint16_t next;
-        sampled = sample_on_carry(&m.sample_left[cls], cls, &next);
-        // The retry's pop adds a step to the counter; a sampled object takes none.
-        set_hits(c, m, cls, static_cast<uint16_t>(sampled ? next : next - kHitStep));
-      }
-    }
+    if (__builtin_expect(g_sampling, 0)) sampled = sample_carry(c, m, cls, true);
   }
   decay_notice();
   if (__builtin_expect(sampled, 0))
@@ -423,6 +443,11 @@ void* percpu_alloc_slow(unsigned cls) {
   USLAB_PROBE(sheaf_refill, cls, n);
   bump(meta_[c].class_refills[cls]);
   if (n == 0) return os::fail_nomem();
+  if (__builtin_expect(g_sampling, 0) && sample_miss(c, cls))
+    if (void* q = g_sample_hooks->small(cls)) {
+      push_or_give(cls, buf, n);
+      return q;
+    }
   void* obj = buf[--n];
   push_or_give(cls, buf, n);
   return obj;
@@ -681,6 +706,16 @@ void percpu_decay_sheaves() {
     if (any_idle) drain_cpu(c, m, idle);
     if (any_in_use) trim_cpu(c, in_use);
     flush_remote_cpu(c);
+  }
+}
+
+void percpu_sample_arm() {
+  if (!g_percpu) return;
+  for (uint32_t c = 0; c < g_cpu_count; c++) {
+    if (!(cpu_prepared_[c / 64].load(std::memory_order_acquire) & (uint64_t{1} << (c % 64)))) continue;
+    CpuMeta& m = meta_[c];
+    LockGuard g(m.lock);
+    arm_sampling(c, m);
   }
 }
 

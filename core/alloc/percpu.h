@@ -151,6 +151,10 @@ void percpu_drain_class(unsigned cls);
 // regrows it by a batch per miss); the others are emptied and keep their capacity
 // (a busy class pays one refill per tick for it). Remote-node buffers are flushed.
 void percpu_decay_sheaves();
+// Arms the heap profiler's sampling streams of every CPU in use (sampler.h), as
+// sampling turns on: a CPU armed only at its next carry would sample nothing of its
+// first 4096 pops per class (a program that allocates 2000 blocks of 16 KiB: none).
+void percpu_sample_arm();
 // Bytes of objects in the CPUs' class sheaves (a racy sum).
 size_t percpu_cached_bytes();
 

@@ -45,6 +45,7 @@ struct alignas(128) Span {
   // advised huge pages when it was made, so read as zero but are resident once any
   // page of their 2 MiB was. The last two are resident, and decay.
   static constexpr uint8_t kClean = 0, kDirty = 1, kFreshHuge = 2;
+  static constexpr uint8_t kSampledLarge = 1, kSampledSmall = 2;
 
   // Read on the free fast path (first cache line).
   char* start;          // first byte of the span
@@ -67,7 +68,8 @@ struct alignas(128) Span {
   uint64_t freed_at_ms;  // free spans: when their oldest dirty page became free (decay)
   uint32_t first_page;  // index in the segment (0 for huge segments)
   uint16_t shard;       // slabs: the shard that carved it (shard.h); fixed for its life
-  uint8_t sampled;      // large and huge: the heap profiler tracks its object (core/prof)
+  uint8_t sampled;      // large and huge: the heap profiler tracks its object (core/prof):
+                        // kSampledLarge, or kSampledSmall (a small object, obj_size bytes)
   // Slabs: the free bitmap (1 bit = free). Inline for up to kInlineBitmapBits
   // objects; a slab of more (the 8 and 16 B classes) keeps it in a 128-byte record
   // from its page heap's descriptor pool, whose address is the first inline word.

@@ -96,6 +96,37 @@ void arm_sampling(ThreadCache* tc) {
   for (unsigned cls = 1; cls < kNumClasses; cls++) set_bin_hits(tc, cls, sample_arm(&tc->sample_left[cls], cls));
 }
 
+// A carry of bin cls's counter: whether the allocation is the sampled one, with the
+// counter set for the next leg (`retry`: the allocation pops again, adding its step).
+bool sample_carry(ThreadCache* tc, unsigned cls, bool retry) {
+  if (tc->sample_epoch != g_sample_epoch) {
+    arm_sampling(tc);
+    return false;
+  }
+  uint16_t next;
+  bool sampled = sample_on_carry(&tc->sample_left[cls], cls, &next);
+  set_bin_hits(tc, cls, static_cast<uint16_t>(sampled || !retry ? next : next - kHitStep));
+  return sampled;
+}
+
+// An allocation the slow path serves (a miss, or a cache class, whose bins hold
+// nothing), counted in its class's sampling stream as a pop: p, or the sampled
+// object that replaces it (p goes back).
+void* sampled_or(ThreadCache* tc, unsigned cls, void* p) {
+  CacheBin& b = tc->bins[cls];
+  b.hits = static_cast<uint16_t>(b.hits + kHitStep);
+  if (b.hits >= kHitStep) return p;
+  banked_hits_[cls].fetch_add(kHitsPerCarry, std::memory_order_relaxed);
+  if (!sample_carry(tc, cls, false)) return p;
+  void* q = g_sample_hooks->small(cls);
+  if (!q) return p;
+  if (b.count < b.cap)
+    bin_push(b, p);
+  else
+    central_free(cls, &p, 1);
+  return q;
+}
+
 ThreadCache* create() {
   config_init();
   if (t_state == kThreadTornDown || !g_config.tcache) return nullptr;
@@ -132,6 +163,10 @@ ThreadCache* create() {
 
 }  // namespace
 
+void thread_cache_sample_arm_mine() {
+  if (t_cache != &g_empty_cache) arm_sampling(t_cache);
+}
+
 void* thread_cache_alloc_slow(unsigned cls) {
   ThreadCache* tc = t_cache;
   if (tc == &g_empty_cache) {
@@ -147,7 +182,8 @@ void* thread_cache_alloc_slow(unsigned cls) {
   if (b.count) return b.slots[--b.count];  // refilled by a nested call
   if (b.cap == 0) {  // a cache class: straight to its slabs
     void* p;
-    return g_central[tc->shard][cls].alloc_batch(cls, &p, 1) ? p : os::fail_nomem();
+    if (!g_central[tc->shard][cls].alloc_batch(cls, &p, 1)) return os::fail_nomem();
+    return __builtin_expect(g_sampling, 0) ? sampled_or(tc, cls, p) : p;
   }
   uint32_t want = b.cap / 2 ? b.cap / 2 : 1;
   b.count = static_cast<uint32_t>(g_central[tc->shard][cls].alloc_batch(cls, b.slots, want));
@@ -157,7 +193,7 @@ void* thread_cache_alloc_slow(unsigned cls) {
   // The decay clock (and what hangs on it) runs on slow paths; p is taken first, as
   // the tick may free objects into this thread's bins.
   if (tc->refills % 64 == 0) decay_notice();
-  return p;
+  return __builtin_expect(g_sampling, 0) ? sampled_or(tc, cls, p) : p;
 }
 
 void* thread_cache_alloc_tick(unsigned cls) {
@@ -165,20 +201,11 @@ void* thread_cache_alloc_tick(unsigned cls) {
   // once more, hence one hit less banked.
   banked_hits_[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
   if (__builtin_expect(g_sampling, 0)) {
-    ThreadCache* tc = t_cache;
-    if (tc->sample_epoch != g_sample_epoch) {
-      arm_sampling(tc);
-    } else {
-      uint16_t next;
-      bool sampled = sample_on_carry(&tc->sample_left[cls], cls, &next);
-      // The pop below adds a step to the counter; a sampled object takes none.
-      set_bin_hits(tc, cls, static_cast<uint16_t>(sampled ? next : next - kHitStep));
-      if (sampled)
-        if (void* p = g_sample_hooks->small(cls)) {
-          decay_notice();
-          return p;
-        }
-    }
+    if (sample_carry(t_cache, cls, true))
+      if (void* p = g_sample_hooks->small(cls)) {
+        decay_notice();
+        return p;
+      }
   }
   void* p = thread_cache_alloc(cls);
   decay_notice();  // after the pop, as in thread_cache_alloc_slow

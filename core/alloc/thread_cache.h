@@ -103,6 +103,9 @@ inline void thread_cache_free(void* p, unsigned cls) {
   thread_cache_free_slow(p, cls);
 }
 
+// Arms the calling thread's sampling streams (sampler.h) as sampling turns on; other
+// threads' caches arm at their next carry.
+void thread_cache_sample_arm_mine();
 // Flush every bin of the calling thread back to the central lists.
 void thread_cache_flush_mine();
 // The calling thread's share of the decay (decay_notice): its bins go back once per

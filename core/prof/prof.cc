@@ -264,7 +264,11 @@ void* sample_small(unsigned cls) {
     p = heap::alloc_class(cls);  // a cache object stays in its slab
   } else {
     p = heap::alloc_large(size, kPageSize, nullptr);
-    if (p) PageMap::span_of(PageMap::entry(p))->sampled = 1;
+    if (p) {
+      Span* s = PageMap::span_of(PageMap::entry(p));
+      s->sampled = Span::kSampledSmall;
+      s->obj_size = static_cast<uint32_t>(size);
+    }
   }
   if (p) record(p, size, cls);
   t_in_prof = false;
@@ -351,8 +355,13 @@ bool enabled() { return g_enabled; }
 
 bool set_active(bool on) {
   if (!g_enabled) return false;
-  if (on && !g_sampling) __atomic_fetch_add(&g_sample_epoch, 1, __ATOMIC_RELAXED);
+  bool was = g_sampling;
+  if (on && !was) __atomic_fetch_add(&g_sample_epoch, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&g_sampling, on, __ATOMIC_RELAXED);
+  if (on && !was) {
+    percpu_sample_arm();
+    thread_cache_sample_arm_mine();
+  }
   return true;
 }
 
@@ -373,7 +382,7 @@ void reset(uint64_t sample_bytes) {
 void on_large_alloc(Span* s) {
   if (t_in_prof || !sample_large(s->bytes())) return;
   t_in_prof = true;
-  s->sampled = 1;
+  s->sampled = Span::kSampledLarge;
   record(s->start, s->bytes(), 0);
   t_in_prof = false;
 }
