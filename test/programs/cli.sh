@@ -6,7 +6,8 @@
 # comparison switched off with a note), with piped and --input standard input (the
 # same for every run), on a static binary and a program with its own allocator (no
 # ratio: the allocator did not serve it), and bench on its quickest benchmark (with
-# --plot where matplotlib is installed).
+# --plot where matplotlib is installed), and prof on a program with known allocation
+# sites (the top sites, the files, the flame graph).
 set -u
 uslab=$1
 export USLAB_BUILD=$2
@@ -29,6 +30,18 @@ check 'cmp -s "$work/plain.out" "$work/je.out"' "run --allocator jemalloc works"
 check 'cmp -s "$work/plain.out" "$work/stats.out"' "stats: output unchanged"
 check 'grep -q "^uslab stats (mode: " "$work/stats.err"' "stats: table on stderr ($(head -c 300 "$work/stats.err"))"
 check 'grep -q "^cached: " "$work/stats.err"' "stats: totals printed"
+# prof: the heap profiler's summary on a program whose sites are known.
+"$uslab" prof --svg "$work/flame.svg" --dir "$work/prof" --sample 64k -- "$USLAB_BUILD/test/prof_sites" \
+  > "$work/prof.out" 2>"$work/prof.err"
+check 'grep -A4 "^allocated in all" "$work/prof.out" | grep -q " site_sixty$"' \
+  "prof: the top allocation sites name site_sixty ($(head -c 600 "$work/prof.out"))"
+check 'grep -A3 "^live at exit" "$work/prof.out" | grep -q " leak_site$"' "prof: live at exit names leak_site"
+check 'ls "$work"/prof/prof.*.final.pb "$work"/prof/prof.*.peak.pb >/dev/null 2>&1' "prof: the profile files stay in --dir"
+check 'grep -q "<rect" "$work/flame.svg" && grep -q "site_thirty" "$work/flame.svg"' "prof --svg: a flame graph with the sites"
+"$uslab" prof --dir "$work/prof2" -- perl -e 'my @a = map { "x" x $_ } 1 .. 2000; exit 3' > /dev/null 2>&1
+rc=$?
+check '[ $rc -eq 3 ]' "prof: the command's exit status is passed on (got $rc)"
+
 "$uslab" topology > "$work/topo.out" 2>&1
 check 'grep -q "^The providers agree" "$work/topo.out" && grep -q "^uslab uses (topology=auto)" "$work/topo.out"' \
   "topology: the probe and hwloc agree, uslab's choice shown ($(head -c 400 "$work/topo.out"))"
