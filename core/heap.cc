@@ -718,6 +718,15 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   write(opaque, line);
   memory_limit_describe(line, sizeof line, false);
   write(opaque, line);
+  if (prof::enabled()) {
+    prof::Stats ps = prof::stats();
+    out("prof: %s, a sample every %zu bytes on average: %zu samples, %zu live (%zu bytes "
+        "estimated live, %zu at the peak), %zu stacks, %zu profiles written; %zu bytes of "
+        "its own\n",
+        prof::active() ? "active" : "inactive", static_cast<size_t>(g_sample_bytes),
+        static_cast<size_t>(ps.samples), ps.live_samples, static_cast<size_t>(ps.live_bytes),
+        static_cast<size_t>(ps.peak_bytes), ps.stacks, static_cast<size_t>(ps.dumps), ps.mapped);
+  }
 }
 
 void topology_print(void (*write)(void*, const char*), void* opaque) {

@@ -29,7 +29,7 @@ struct StackRec {
 struct LiveRec {
   uintptr_t p;  // 0: empty slot
   uint32_t stack;
-  uint32_t is_cache;
+  uint32_t size;   // the object's (usable) bytes; large ones beyond 4 GiB: saturated
   double objects;  // 1 / p(sampled)
   double bytes;    // size / p(sampled)
 };
@@ -194,7 +194,7 @@ void record(const void* p, size_t size, unsigned cls) {
     size_t s = slot_of(reinterpret_cast<uintptr_t>(p), g_live_cap);
     while (g_live[s].p) s = (s + 1) & (g_live_cap - 1);
     g_live[s] = LiveRec{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(k),
-                        cls >= kFirstCacheClass, objects, bytes};
+                        static_cast<uint32_t>(size < UINT32_MAX ? size : UINT32_MAX), objects, bytes};
     g_live_count++;
     StackRec& r = g_stacks[k];
     r.alloc_objects += objects;
@@ -211,7 +211,7 @@ void record(const void* p, size_t size, unsigned cls) {
       g_interval_pending = interval = true;
     }
   }
-  USLAB_PROBE(prof_sample, p, size);
+  USLAB_PROBE4(prof_sample, p, size, static_cast<uint64_t>(bytes), cls);
   (void)interval;
 }
 
@@ -230,9 +230,9 @@ void forget_locked(uintptr_t p) {
   st.live_bytes -= r.bytes;
   g_live_objects -= r.objects;
   g_live_bytes -= r.bytes;
-  if (r.is_cache) g_cache_samples--;
+  if (st.cls >= kFirstCacheClass) g_cache_samples--;
   g_live_count--;
-  USLAB_PROBE(prof_free, p, static_cast<uint64_t>(r.bytes));
+  USLAB_PROBE4(prof_free, p, r.size, static_cast<uint64_t>(r.bytes), st.cls);
   for (size_t hole = s, j = (s + 1) & (g_live_cap - 1);; j = (j + 1) & (g_live_cap - 1)) {
     if (!g_live[j].p) {
       g_live[hole].p = 0;

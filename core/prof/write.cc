@@ -133,7 +133,7 @@ class Strings {
     auto* idx = static_cast<uint32_t*>(os::map(cap * sizeof(uint32_t)));
     auto* ent = static_cast<Entry*>(os::map(cap / 2 * sizeof(Entry)));
     if (!idx || !ent) return false;
-    memcpy(ent, entries_, count_ * sizeof(Entry));
+    if (count_) memcpy(ent, entries_, count_ * sizeof(Entry));
     for (size_t i = 0; i < count_; i++) {
       size_t slot = entries_[i].hash & (cap - 1);
       while (idx[slot]) slot = (slot + 1) & (cap - 1);
