@@ -50,6 +50,9 @@ Benchmarks (default: all):
   thp           a 256 MiB heap of 64-byte objects walked in a random cycle: ns per
                 step (TLB misses), peak RSS and AnonHugePages, uslab with and
                 without transparent huge pages
+  prof          the heap profiler's cost: uslab and jemalloc without and with
+                profiling at a 512 KiB mean, on malloc/free pairs by size and two
+                threaded workloads; instructions per pair under callgrind
   numa          cross-node producer/consumer: one pair of xthread, producer and
                 consumer pinned to CPUs of two NUMA nodes (on a machine with one
                 node, uslab also runs with hwloc's synthetic 2 nodes)
@@ -850,6 +853,73 @@ def bench_instructions(args, allocs, out):
     print()
 
 
+def bench_prof(args, allocs, out):
+    """The heap profiler's cost: uslab and jemalloc (Debian's is built with its
+    profiler), each without and with profiling at the same mean rate (512 KiB), on
+    malloc/free pairs (bench/micro) and two threaded workloads (bench/threads)."""
+    micro = os.path.join(args.build, "bench", "micro")
+    threads = os.path.join(args.build, "bench", "threads")
+    configs = {"uslab": (allocs["uslab"], {}),
+               "uslab prof": (allocs["uslab"], {"USLAB_CONF": "prof=true,prof_final=false"})}
+    if "jemalloc" in allocs:
+        configs["jemalloc"] = (allocs["jemalloc"], {})
+        configs["jemalloc prof"] = (allocs["jemalloc"], {"MALLOC_CONF": "prof:true,prof_final:false"})
+    sizes = [16, 64, 256, 1024, 4096, 65536]
+    cases = [("larson 2 threads", ["larson", "2", "1"]), ("xthread 2 threads", ["xthread", "2", "1"])]
+    pairs = {c: {} for c in configs}    # [config][size] = [cycles median per run]
+    work = {c: {} for c in configs}     # [config][case] = [ops/s per run]
+
+    def one(c, _):
+        lib, env = configs[c]
+        cmd = [micro, str(args.n), str(args.reps)] + [str(s) for s in sizes]
+        for row in run_json(cmd, lib, env):
+            if row["test"] == "alloc/free pair":
+                pairs[c].setdefault(row["size"], []).append(row["cycles_median"])
+        for label, argv in cases:
+            for row in run_json([threads] + argv, lib, env):
+                work[c].setdefault(label, []).append(row["ops_per_sec"])
+
+    alternate({c: None for c in configs}, args.rounds, one)
+    print(f"Command: tools/uslab bench prof --rounds {args.rounds} (prof=true / prof:true at "
+          f"the default 512 KiB mean; medians over rounds; ratio: with profiling / without)\n")
+    names = list(configs)
+    bases = [n for n in names if not n.endswith(" prof")]
+    print("| workload | " + " | ".join(names) + " | " +
+          " | ".join(f"{b} prof / {b}" for b in bases) + " |")
+    print("|" + "---|" * (1 + len(names) + len(bases)))
+    result = {}
+    for size in sizes:
+        med = {c: statistics.median(pairs[c][size]) for c in names}
+        result[f"pair {size}"] = med
+        print(f"| malloc+free {size} B, cycles | " + " | ".join(f"{med[c]:.1f}" for c in names) + " | " +
+              " | ".join(f"{med[b + ' prof'] / med[b]:.3f}" for b in bases) + " |")
+    for label, _ in cases:
+        med = {c: statistics.median(work[c][label]) for c in names}
+        result[label] = med
+        # Time per operation: the inverse of throughput, so that > 1 is a cost here too.
+        print(f"| {label}, M ops/s | " + " | ".join(f"{med[c] / 1e6:.2f}" for c in names) + " | " +
+              " | ".join(f"{med[b] / med[b + ' prof']:.3f}" for b in bases) + " |")
+    print()
+    if shutil.which("valgrind"):
+        print("Instructions per malloc(64)+free pair under callgrind (per-thread fallback: "
+              "valgrind has no rseq), 1,000,000 pairs:\n")
+        print("| config | instructions per pair |")
+        print("|---|---|")
+        for c in ("uslab", "uslab prof"):
+            lib, env = configs[c]
+            with tempfile.TemporaryDirectory() as tmp:
+                cg = os.path.join(tmp, "cg.out")
+                subprocess.run(["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={cg}",
+                                "--toggle-collect=malloc", "--toggle-collect=free", micro, "pairs",
+                                "1000000", "64"], env=preload_env(lib, env), check=True, capture_output=True)
+                with open(cg) as f:
+                    total = next(int(l.split()[1]) for l in f if l.startswith("totals:"))
+            result[f"instructions {c}"] = total / 1e6
+            print(f"| {c} | {total / 1e6:.2f} |")
+        print()
+    out["prof"] = result
+
+
 def plot(out, directory):
     """PNG charts of the results in `out` into directory; returns the files written."""
     import matplotlib
@@ -1007,7 +1077,7 @@ def main():
     args.build = os.path.abspath(args.build)  # programs run in folders of their own
     known = ["micro", "threads", "falseshare", "mem", "bulk", "concurrent", "firstuse",
              "instructions", "deferred", "rss", "idle", "apps", "suite", "bigblocks", "startup",
-             "numa", "thp"]
+             "numa", "thp", "prof"]
     names = args.names or known
     for name in names:
         if name not in known:
@@ -1026,6 +1096,8 @@ def main():
         print(f"## {name}\n")
         if name == "micro":
             bench_micro(args, allocs, out)
+        elif name == "prof":
+            bench_prof(args, allocs, out)
         elif name == "threads":
             cases = []
             for t in counts:

@@ -11,7 +11,9 @@ namespace {
 
 using BacktraceFn = _Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*);
 using GetIpFn = _Unwind_Ptr (*)(_Unwind_Context*);
+using UnwBacktraceFn = int (*)(void**, int);
 
+UnwBacktraceFn g_unw_backtrace = nullptr;  // libunwind's, with its per-thread frame cache
 BacktraceFn g_backtrace = nullptr;
 GetIpFn g_get_ip = nullptr;
 uintptr_t g_self_lo = 0, g_self_hi = 0;  // uslab's executable segment, when a library
@@ -70,6 +72,8 @@ void walk_frame_pointers(Stack* out) {
 void stack_init() {
   if (g_ready) return;
   dl_iterate_phdr(find_self, reinterpret_cast<void*>(&stack_init));
+  if (void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL))
+    g_unw_backtrace = reinterpret_cast<UnwBacktraceFn>(dlsym(lib, "unw_backtrace"));
   if (void* lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL)) {
     g_backtrace = reinterpret_cast<BacktraceFn>(dlsym(lib, "_Unwind_Backtrace"));
     g_get_ip = reinterpret_cast<GetIpFn>(dlsym(lib, "_Unwind_GetIP"));
@@ -82,7 +86,11 @@ bool stack_in_uslab(uintptr_t pc) { return pc >= g_self_lo && pc < g_self_hi; }
 
 void stack_capture(Stack* out) {
   out->depth = 0;
-  if (g_backtrace) {
+  if (g_unw_backtrace) {
+    void* pcs[kMaxFrames + 16];  // room for uslab's own frames
+    int n = g_unw_backtrace(pcs, static_cast<int>(sizeof pcs / sizeof pcs[0]));
+    for (int i = 0; i < n; i++) keep(out, reinterpret_cast<uintptr_t>(pcs[i]));
+  } else if (g_backtrace) {
     Walk w{out, 0};
     g_backtrace(on_frame, &w);
   } else {

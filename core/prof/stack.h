@@ -1,10 +1,14 @@
 // core/prof/stack.h — call stacks of sampled allocations (the heap profiler, prof.h).
 //
 // Owns: the capture of the calling thread's stack, and what of it belongs to the
-// program. Stacks are unwound from the .eh_frame tables (libgcc_s's
-// _Unwind_Backtrace, opened with dlopen by stack_init so that libuslab.so needs libc
-// alone), so they are right in programs built without frame pointers (Debian's
-// python3, cc1plus); where libgcc_s cannot be opened, frame pointers are walked.
+// program. Stacks are unwound from the .eh_frame tables, so they are right in
+// programs built without frame pointers (Debian's python3, cc1plus): with
+// libunwind's unw_backtrace where libunwind.so.8 is installed (it caches each
+// return address's frame layout per thread: a sample cost 0.3 µs in all, against
+// 1.7 µs with libgcc's unwinder, which interprets the call frame information of every
+// frame every time), else libgcc_s's _Unwind_Backtrace; both opened with dlopen by
+// stack_init, so that libuslab.so needs libc alone. Without either, frame pointers
+// are walked.
 // The frames inside uslab (the profiler, the allocator, the shim) are dropped: the
 // shim's entry points tail-call their slow paths, so which one the program called
 // is read from the call instruction before the first frame kept (write.cc).
