@@ -253,6 +253,10 @@ void forget(uintptr_t p) {
   forget_locked(p);
 }
 
+}  // namespace
+void poll();
+namespace {
+
 // The sampled object of class cls (sampler.h's hook): a large span of its own for a
 // size class, so that its free finds the mark; in its slab for a cache.
 void* sample_small(unsigned cls) {
@@ -272,6 +276,7 @@ void* sample_small(unsigned cls) {
   }
   if (p) record(p, size, cls);
   t_in_prof = false;
+  poll();  // a dump prof_interval or prof_signal asked for
   return p;
 }
 
@@ -385,6 +390,7 @@ void on_large_alloc(Span* s) {
   s->sampled = Span::kSampledLarge;
   record(s->start, s->bytes(), 0);
   t_in_prof = false;
+  poll();
 }
 
 void on_sampled_free(Span* s, const void* start) {

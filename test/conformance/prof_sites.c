@@ -14,9 +14,12 @@
  * mallctl opt.prof, prof.active off (then no sample is taken: the dump's allocation
  * totals do not move), prof.reset, prof.dump, prof.lg_sample.
  *
- * usage: prof_sites [controls DIR] */
+ * With "signal": raises SIGUSR2 (the test sets prof_signal=USR2), then allocates.
+ *
+ * usage: prof_sites [controls DIR | signal] */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,6 +185,12 @@ static void controls(const char *dir) {
 
 int main(int argc, char **argv) {
   require_uslab();
+  if (argc == 2 && strcmp(argv[1], "signal") == 0) {
+    /* prof_signal: the handler sets a flag; the next sampled allocation writes. */
+    raise(SIGUSR2);
+    for (int i = 0; i < 20000; i++) free(site_ten(1000));
+    return check_done("prof_sites");
+  }
   if (argc == 3 && strcmp(argv[1], "controls") == 0) {
     controls(argv[2]);
     return check_done("prof_sites");

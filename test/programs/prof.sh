@@ -9,6 +9,7 @@
 #    nothing else above 1 MB; the folded stacks carry the "malloc" label and parse;
 #  - the sites of object caches, bulk allocation and realloc growth appear, freed;
 #  - the peak profile exists; the controls (uslab_prof_dump, mallctl prof.*) work;
+#    prof_signal and prof_interval write their files;
 #  - Go's pprof reads the profile.proto and -top names the three sites (pprof: `go
 #    tool pprof`; `uslab test` installs Debian's golang-go where no go is found);
 #  - python3 (PYTHONMALLOC=malloc) gets stacks through its frames: PyList_New.
@@ -58,6 +59,17 @@ mkdir -p "$work/controls"
 LD_PRELOAD=$lib USLAB_CONF="${USLAB_CONF:+$USLAB_CONF,}prof=true,prof_sample=64k,prof_final=false" "$prog" controls "$work/controls" ||
   bad "the profiler's controls"
 grep -q "CHECK failed" "$work/err" && { cat "$work/err"; bad "prof_sites' checks"; }
+
+# The triggers: prof_signal (the next sampled allocation writes), prof_interval (a
+# file per 64 MiB of live-heap growth: the leak site's 32 MB and the threads' windows
+# make one or more).
+LD_PRELOAD=$lib USLAB_CONF="${USLAB_CONF:+$USLAB_CONF,}prof=true,prof_signal=USR2,prof_prefix=$work/sig,prof_final=false" \
+  "$prog" signal >/dev/null 2>&1 || bad "prof_sites signal exited with $?"
+ls "$work"/sig.*.signal.pb >/dev/null 2>&1 || bad "prof_signal=USR2 wrote no profile"
+LD_PRELOAD=$lib USLAB_CONF="${USLAB_CONF:+$USLAB_CONF,}prof=true,prof_interval=16m,prof_prefix=$work/int,prof_final=false" \
+  "$prog" >/dev/null 2>&1 || bad "prof_sites with prof_interval exited with $?"
+n=$(ls "$work"/int.*.interval.pb 2>/dev/null | wc -l)
+[ "$n" -ge 2 ] || bad "prof_interval=16m wrote $n profiles for a 32 MB leak"
 
 # Go's pprof on the profile.proto.
 go=$(command -v go || ls /usr/lib/go/bin/go /usr/local/go/bin/go 2>/dev/null | head -1)
