@@ -2,6 +2,7 @@
 """uslab prof: run a command with uslab's heap profiler and show where memory goes.
 
     uslab prof [--svg FILE] [--sample BYTES] [--dir DIR] [--top N] -- CMD...
+    uslab prof --read FILE.pb [--totals] [--top N]
 
 Runs CMD with libuslab.so preloaded and USLAB_CONF=prof=true (its own USLAB_CONF
 settings kept), then reads the profile the command's process wrote at exit and prints
@@ -9,7 +10,8 @@ the top allocation sites: live at exit (what leaked or stayed) and allocated in 
 in bytes and objects, by the function that called the allocator. The files stay in
 DIR (default: a new uslab-prof.* directory in the working directory): read them with
 `go tool pprof -top|-svg|-http=: CMD FILE.pb`, or draw the folded stacks with any
-flame-graph tool. --svg writes a flame graph of the bytes allocated.
+flame-graph tool. --svg writes a flame graph of the bytes allocated. --read prints
+the tables of a profile already written (--totals: each sample type's total).
 """
 import argparse
 import html
@@ -190,14 +192,29 @@ def flame_svg(folded_path, out_path, names, title):
 
 def main():
     ap = argparse.ArgumentParser(prog="uslab prof", description=__doc__.split("\n")[0])
-    ap.add_argument("--lib", required=True)
+    ap.add_argument("--lib")
+    ap.add_argument("--read", metavar="FILE", help="print the tables of this profile")
+    ap.add_argument("--totals", action="store_true", help="with --read: each sample type's total")
     ap.add_argument("--svg", help="write a flame graph of the bytes allocated to this file")
     ap.add_argument("--sample", help="mean bytes between samples (prof_sample; default 512k)")
     ap.add_argument("--dir", help="where the profile files go (default: a new uslab-prof.* here)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
+    if a.read:
+        samples = read_profile(a.read)
+        if a.totals:
+            for i, name in enumerate(("alloc_objects", "alloc_space", "inuse_objects", "inuse_space")):
+                print(name, sum(vals[i] for vals, _ in samples))
+            return
+        names = demangle(f for _, frames in samples for f in frames)
+        top_table(samples, names, 3, 2, "live", a.top)
+        print()
+        top_table(samples, names, 1, 0, "allocated in all", a.top)
+        return
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+    if not a.lib:
+        ap.error("--lib is needed to run a command")
     if not cmd:
         ap.error("no command: uslab prof [--svg FILE] -- CMD...")
     out_dir = a.dir or tempfile.mkdtemp(prefix="uslab-prof.", dir=os.getcwd())

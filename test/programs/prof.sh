@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# test/programs/prof.sh LIB PROF_SITES — the heap profiler (USLAB_CONF prof=true) on a
+# test/programs/prof.sh LIB PROF_SITES PROF_PY — the heap profiler (USLAB_CONF prof=true) on a
 # program whose truth is known (test/conformance/prof_sites.c) and on a real one
 # built without frame pointers (Debian's python3):
 #  - the allocation profile's estimate for each of three sites (60/30/10% of the
 #    calls, sizes 24 B-150 KB, four threads) is within 5% of the bytes the program
-#    counted; the live profile at exit names leak_site with its 32 MB within 10% (prof_sample=16k: about 1800
-#    samples, 3.3 standard deviations), and
-#    nothing else above 1 MB; the folded stacks carry the "malloc" label and parse;
+#    counted; the live profile at exit names leak_site with its 32 MB within 10%
+#    (prof_sample=16k: about 1800 samples, 3.3 standard deviations), and nothing
+#    else above 1 MB; the folded stacks carry the "malloc" label, parse, and sum to
+#    the profile.proto's totals (tools/prof.py --read --totals);
 #  - the sites of object caches, bulk allocation and realloc growth appear, freed;
 #  - the peak profile exists; the controls (uslab_prof_dump, mallctl prof.*) work;
 #    prof_signal and prof_interval write their files;
@@ -14,7 +15,7 @@
 #    tool pprof`; `uslab test` installs Debian's golang-go where no go is found);
 #  - python3 (PYTHONMALLOC=malloc) gets stacks through its frames: PyList_New.
 set -u
-lib=$1 prog=$2
+lib=$1 prog=$2 prof_py=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -36,6 +37,13 @@ peak=$(ls "$work"/sites.*.peak.pb 2>/dev/null | head -1)
 [ -n "$peak" ] && [ -s "$peak" ] || bad "no peak profile written"
 alloc=$final.alloc.folded inuse=$final.inuse.folded
 awk 'NF < 2 || $NF !~ /^[0-9]+$/ { exit 1 }' "$alloc" "$inuse" || bad "a folded line is not 'stack value'"
+python3 "$prof_py" --read "$final" --totals > "$work/totals" || bad "tools/prof.py cannot read the profile"
+for col in alloc inuse; do
+  file=$alloc; [ $col = inuse ] && file=$inuse
+  want=$(awk -v k=${col}_space '$1 == k { print $2 }' "$work/totals")
+  got=$(sum_of "$file" "")
+  [ -n "$want" ] && [ "$want" = "$got" ] || bad "$col folded stacks sum to $got, the profile's ${col}_space is $want"
+done
 
 echo "allocation profile, per site (usable bytes):"
 for site in site_sixty site_thirty site_ten; do
