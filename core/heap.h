@@ -8,9 +8,11 @@
 //   core/ds/ds.h               heap geometry, size classes, intrusive lists
 //   core/alloc/alloc.h         shards and nodes, segments, page heap, central lists,
 //                              depots, per-CPU sheaves, thread caches, object caches,
-//                              the decay tick, the background thread, the memory limit
+//                              the decay tick, the background thread, the memory limit,
+//                              the heap profiler's sampling schedule
 //   core/heap.h                this facade (with core/deferred.h, the deferred frees
-//                              built on it)
+//                              built on it, and core/prof/prof.h, the heap profiler:
+//                              its records, stacks and files)
 //
 // Owns: the malloc-family semantics on top of the allocator layer — small objects
 // through the per-CPU sheaves or the thread caches, bulk allocation and the object

@@ -1,11 +1,11 @@
-// core/alloc/percpu.cc — per-CPU sheaves: set-up, refill and drain, adaptive
-// capacity, draining for trim, the decay tick's share, the remote-node buffers and
-// their flush, stats and fork; a CPU's metadata and sheaf slots backed with writable pages
-// before they are read (first_touch.h). See percpu.h for the layout and the rules;
-// CpuMeta::lock guards everything in a CpuMeta (but its relaxed statistics counters)
-// and the `end` fields of that CPU's headers; cpu_prepared_ is set lock-free (an
-// atomic OR; preparing twice is harmless).
+// core/alloc/percpu.cc — per-CPU sheaves: set-up, refill and drain, draining for
+// trim, the decay tick's share, the remote-node buffers and their flush, stats and
+// fork; a CPU's metadata and sheaf slots backed with writable pages before they are
+// read (first_touch.h). The adaptive capacity is capacity.cc's, the heap profiler's
+// streams percpu_sampling.cc's, what they share percpu_meta.h's. See percpu.h for
+// the layout and the rules; the locking is percpu_meta.h's.
 #include "core/alloc/percpu.h"
+#include "core/alloc/percpu_meta.h"
 
 #include <atomic>
 #include <cstring>
@@ -24,182 +24,16 @@ constinit uint32_t g_cpu_count = 0;
 constinit bool g_percpu = false;
 constinit bool g_percpu_one_node = false;
 
-namespace {
+namespace percpu_internal {
 
-// A bit per class, changed under its CPU's lock and also read without it (on_miss).
-struct ClassBits {
-  std::atomic<uint64_t> w[kMaxClasses / 64];
-  bool has(unsigned cls) const { return w[cls / 64].load(std::memory_order_relaxed) >> (cls % 64) & 1; }
-  void set(unsigned cls, bool on) {
-    uint64_t v = w[cls / 64].load(std::memory_order_relaxed), bit = uint64_t{1} << (cls % 64);
-    w[cls / 64].store(on ? v | bit : v & ~bit, std::memory_order_relaxed);
-  }
-  void clear_all() {
-    for (auto& x : w) x.store(0, std::memory_order_relaxed);
-  }
-  // The first class after `from` with its bit set, going round past the last class
-  // to class 1; 0 when none is.
-  unsigned next_after(unsigned from) const {
-    for (unsigned pass = 0; pass < 2; pass++) {
-      unsigned start = pass == 0 ? from + 1 : 1, stop = pass == 0 ? kMaxClasses : from + 1;
-      for (unsigned word = start / 64; word * 64 < stop; word++) {
-        uint64_t x = w[word].load(std::memory_order_relaxed);
-        if (word == start / 64) x &= ~uint64_t{0} << (start % 64);
-        if (!x) continue;
-        unsigned j = 64 * word + static_cast<unsigned>(__builtin_ctzll(x));
-        if (j < stop) return j;
-        break;
-      }
-    }
-    return 0;
-  }
-};
-
-// Bumps a statistics counter that threads on one CPU share: a plain load and store
-// (no locked instruction on the miss paths), so a thread preempted between them by
-// another one bumping the same counter loses a count.
-void bump(std::atomic<uint64_t>& counter) {
-  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-}
-
-struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss that grows
-  Mutex lock;
-  bool ready;                // used since start or the last drain
-  uint32_t clock;            // the class the capacity thief looked at last
-  ClassBits missed;          // missed since the thief last passed
-  ClassBits active;          // missed since the last decay tick
-  ClassBits held;            // grown since start (cleared when found without capacity)
-  size_t capacity_bytes;     // sum over classes of capacity × size
-  uint64_t grows, steals, drains;
-  std::atomic<uint32_t> misses;  // on_miss calls (racy; paces the decay clock)
-  // Sheaf misses per class for the statistics. Per CPU: 16 CPUs bumping one shared
-  // counter per refill cost more than the refill. Relaxed: a migrated thread may
-  // bump another CPU's.
-  std::atomic<uint64_t> class_refills[kMaxClasses];
-  std::atomic<uint64_t> class_drains[kMaxClasses];
-  std::atomic<uint64_t> class_hits[kMaxClasses];  // banked carries of the hit counters
-  uint16_t hits_seen[kMaxClasses];  // each hit counter at the last decay tick
-  // Refills + drains of each class at the last decay tick, and in the tick period
-  // before it: how much a class needs its capacity (the thief's hysteresis).
-  uint32_t misses_at_tick[kMaxClasses];
-  uint32_t misses_before[kMaxClasses];
-  uint8_t steal_wait[kMaxClasses];  // misses before a class denied capacity tries again
-  uint64_t pages_ready;  // pages of the CPU's region prepare_slots backed (a bit each)
-  // The heap profiler's streams (sampler.h): allocations after the current leg up to
-  // the next sample, per class, armed in epoch sample_epoch.
-  uint32_t sample_epoch;
-  uint32_t sample_pops;  // pops in the legs set since the last decay notice they paced
-  uint64_t sample_left[kMaxClasses];
-};
-
-constexpr uint32_t kNoCpu = ~uint32_t{0};
-
-constinit Mutex init_lock_;
-constinit std::atomic<bool> decided_{false};
-constinit std::atomic<uint64_t> remote_flushes_{0};  // percpu_remote_flush calls
 CpuMeta* meta_ = nullptr;
 size_t budget_ = 0;
-// CPUs whose metadata prepare_cpu has backed (a bit each).
 constinit std::atomic<uint64_t> cpu_prepared_[kMaxCpus / 64] = {};
-
-char* region_of(uint32_t cpu) { return g_cpu_region + (size_t{cpu} << kCpuRegionShift); }
-uint32_t* headers(uint32_t cpu) {
-  return reinterpret_cast<uint32_t*>(region_of(cpu) + kHeaderOffset);
-}
-void** slots_of(uint32_t cpu) { return reinterpret_cast<void**>(region_of(cpu)); }
-
-uint32_t begin_of(unsigned cls) { return kSheafLayout.begin[cls]; }
-// Capacity and cached count of a class on a CPU (a racy read, except that the
-// capacity is stable under the CPU's lock); a header never used reads as 0 / 0.
-uint32_t capacity_of(uint32_t cpu, unsigned cls) {
-  uint32_t end = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED) >> 16;
-  return end > begin_of(cls) ? end - begin_of(cls) : 0;
-}
-uint32_t cached_of(uint32_t cpu, unsigned cls) {
-  uint32_t cur = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED) & 0xffff;
-  return cur > begin_of(cls) ? cur - begin_of(cls) : 0;
-}
-// The hit counter of a class on a CPU (kHitsOffset; written by its fast path).
-uint16_t hits_of(uint32_t cpu, unsigned cls) {
-  auto* h = reinterpret_cast<uint16_t*>(region_of(cpu) + kHitsOffset);
-  return __atomic_load_n(&h[cls], __ATOMIC_RELAXED);
-}
-
-// The CPU whose sheaves this thread may use now, or kNoCpu (then it uses its
-// per-thread cache): uslab's own rseq registration is made here on a thread's first
-// slow path; a thread the kernel refused, or on a CPU id beyond the table, has none.
-uint32_t usable_cpu() {
-  uint32_t c = rseq_cpu_id();
-  if (c < g_cpu_count) return c;
-  if (c == kRseqCpuUninitialized && rseq_register_thread()) {
-    c = rseq_cpu_id();
-    if (c < g_cpu_count) return c;
-  }
-  return kNoCpu;
-}
 
 // Backs CPU c's CpuMeta and its shard's metadata with writable pages at the CPU's
 // first miss, before they are read (first_touch.h: a read first maps the zero page,
 // whose replacement at the first write interrupts every CPU of the process). The
 // headers of c's sheaves are not included: the fast paths have read them by then.
-// Sets the hit counter of class cls on CPU c (the heap profiler's legs, sampler.h),
-// banking the difference so that the hit statistics stay whole. c's lock held, or c
-// unused yet. A thread on c may add to the counter meanwhile (its fast path is one
-// add, not atomic with this store from another CPU): a pop lost to the profile's
-// schedule, nothing else.
-void set_hits(uint32_t c, CpuMeta& m, unsigned cls, uint16_t value) {
-  auto* h = reinterpret_cast<uint16_t*>(region_of(c) + kHitsOffset);
-  uint16_t old = __atomic_load_n(&h[cls], __ATOMIC_RELAXED);
-  __atomic_store_n(&h[cls], value, __ATOMIC_RELAXED);
-  m.class_hits[cls].fetch_add(static_cast<uint64_t>((int64_t{old} - int64_t{value}) / int64_t{kHitStep}),
-                              std::memory_order_relaxed);
-}
-
-// Arms every class's sampling stream of CPU c (sampler.h).
-void arm_sampling(uint32_t c, CpuMeta& m) {
-  m.sample_epoch = g_sample_epoch;
-  for (unsigned cls = 1; cls < kMaxClasses; cls++) set_hits(c, m, cls, sample_arm(&m.sample_left[cls], cls));
-}
-
-// A carry of class cls's counter on CPU c (lock held): whether the allocation is the
-// sampled one, with the counter set for the next leg. `retry`: the allocation will
-// pop again through the fast path, which adds its step.
-bool sample_carry(uint32_t c, CpuMeta& m, unsigned cls, bool retry) {
-  if (m.sample_epoch != g_sample_epoch) {
-    arm_sampling(c, m);
-    return false;
-  }
-  uint16_t next;
-  bool sampled = sample_on_carry(&m.sample_left[cls], cls, &next);
-  set_hits(c, m, cls, static_cast<uint16_t>(sampled || !retry ? next : next - kHitStep));
-  m.sample_pops += next ? (65536u - next) / kHitStep : 65536u / kHitStep;
-  return sampled;
-}
-
-// Whether a carry while sampling gives the decay clock its notice: once per 4096
-// pops, as without sampling, whose legs are shorter (a notice on every carry of a
-// 4 KiB class, one per 128 pops, was 1.3% of a malloc/free loop). Lock held.
-bool sample_paced_notice(CpuMeta& m) {
-  if (m.sample_pops < kHitsPerCarry) return false;
-  m.sample_pops = 0;
-  return true;
-}
-
-// An allocation served by a miss, counted in its class's sampling stream as the
-// fast path counts a pop (the statistics count it as a hit: only while sampling):
-// without this, 1 in a batch of a class that always misses (a program that keeps
-// what it allocates) was never sampled. True when it is the sampled one.
-bool sample_miss(uint32_t c, unsigned cls) {
-  CpuMeta& m = meta_[c];
-  LockGuard g(m.lock);
-  auto* h = reinterpret_cast<uint16_t*>(region_of(c) + kHitsOffset);
-  uint16_t v = static_cast<uint16_t>(__atomic_load_n(&h[cls], __ATOMIC_RELAXED) + kHitStep);
-  __atomic_store_n(&h[cls], v, __ATOMIC_RELAXED);
-  if (v >= kHitStep) return false;
-  m.class_hits[cls].fetch_add(kHitsPerCarry, std::memory_order_relaxed);
-  return sample_carry(c, m, cls, false);
-}
-
 void prepare_cpu(uint32_t c) {
   uint64_t bit = uint64_t{1} << (c % 64);
   if (cpu_prepared_[c / 64].load(std::memory_order_acquire) & bit) return;
@@ -230,6 +64,28 @@ void prepare_slots(uint32_t c, CpuMeta& m, unsigned idx, uint32_t end) {
   m.pages_ready |= want;
 }
 
+}  // namespace percpu_internal
+
+using namespace percpu_internal;
+
+namespace {
+
+constinit Mutex init_lock_;
+constinit std::atomic<bool> decided_{false};
+constinit std::atomic<uint64_t> remote_flushes_{0};  // percpu_remote_flush calls
+// The CPU whose sheaves this thread may use now, or kNoCpu (then it uses its
+// per-thread cache): uslab's own rseq registration is made here on a thread's first
+// slow path; a thread the kernel refused, or on a CPU id beyond the table, has none.
+uint32_t usable_cpu() {
+  uint32_t c = rseq_cpu_id();
+  if (c < g_cpu_count) return c;
+  if (c == kRseqCpuUninitialized && rseq_register_thread()) {
+    c = rseq_cpu_id();
+    if (c < g_cpu_count) return c;
+  }
+  return kNoCpu;
+}
+
 // A fixed-capacity sheaf of CPU c (kDeferSheaf, kRemoteSheaf): opened with capacity
 // `cap` when closed (0 objects moved), else emptied into out. -1 when the thread is
 // not on c. Takes c's lock.
@@ -241,105 +97,6 @@ long take_fixed_sheaf(uint32_t c, unsigned idx, uint32_t cap, void** out) {
   if (capacity_of(c, idx) != 0) return percpu_pop_batch(c, idx, out, cap);
   prepare_slots(c, m, idx, begin_of(idx) + cap);
   return percpu_resize(c, idx, begin_of(idx) + cap, nullptr);
-}
-
-uint32_t misses_of(CpuMeta& m, unsigned cls) {
-  return static_cast<uint32_t>(m.class_refills[cls].load(std::memory_order_relaxed) +
-                               m.class_drains[cls].load(std::memory_order_relaxed));
-}
-// Misses of a class on a CPU since the tick before last (its lock held).
-uint32_t recent_misses(CpuMeta& m, unsigned cls) {
-  return misses_of(m, cls) - m.misses_at_tick[cls] + m.misses_before[cls];
-}
-
-// Takes capacity from a class of CPU c other than `keep` that has not missed since
-// the thief last passed it (second-chance clock) and missed less than half as often
-// as `keep` lately. Lock of c held. False when nothing could be taken (or the thread
-// left c). Without the hysteresis, and with two revolutions of the clock that always
-// found a victim, the 50 classes of rptest, all missing, passed capacity back and
-// forth: one steal per grow (500,000 in 16 s), each batch stolen drained to the
-// depot and refilled again, 25% of the run's time. The clock visits the classes in
-// `held` only (a walk of all 127 headers was 20% of rptest's time) and kStealLooks of
-// them a call, so that a miss where no class qualifies costs little; it goes on from
-// there next time.
-constexpr unsigned kStealLooks = 8;
-constexpr uint8_t kStealWait = 8;
-bool steal(uint32_t c, CpuMeta& m, unsigned keep) {
-  const uint32_t need = recent_misses(m, keep);
-  for (unsigned looked = 0; looked < kStealLooks; looked++) {
-    unsigned v = m.held.next_after(m.clock);
-    if (v == 0) return false;
-    m.clock = v;
-    uint32_t cap = capacity_of(c, v);
-    if (cap == 0) m.held.set(v, false);  // drained
-    if (v == keep || cap == 0) continue;
-    if (m.missed.has(v)) {
-      m.missed.set(v, false);
-      continue;
-    }
-    if (2 * uint64_t{recent_misses(m, v)} >= need) continue;
-    uint32_t step = batch_size(v) < cap ? batch_size(v) : cap;
-    void* spill[kMaxBatch];
-    long k = percpu_resize(c, v, begin_of(v) + cap - step, spill);
-    if (k < 0) return false;
-    m.capacity_bytes -= size_t{step} * class_size(v);
-    m.steals++;
-    if (k) depot_give(v, spill, static_cast<size_t>(k));
-    return true;
-  }
-  return false;
-}
-
-// The decay clock is read on every 8th miss of a CPU: a read on every refill and
-// drain (two a batch, plus the page heap's) was 6% of N x alloc / N x free at 1 KiB.
-void tick_every_few_misses(CpuMeta& m) {
-  uint32_t k = m.misses.load(std::memory_order_relaxed) + 1;
-  m.misses.store(k, std::memory_order_relaxed);
-  if (k % 8 == 0) decay_maybe_tick();
-  background_poke();  // every miss: one load, unless the thread sleeps or is wanted
-}
-
-// Called on every miss of cls on CPU c: grows the class's capacity by a batch while
-// the CPU's byte budget allows (taking capacity from classes that stopped missing
-// when it does not). Misses on free (`alloc` false) grow it only to two batches,
-// enough to batch the drains: objects a CPU frees but does not allocate (the
-// consumer of a producer/consumer pair) would only sit in a bigger sheaf.
-// A miss that would change nothing (the class marked, at its most capacity) takes
-// no lock: the steady state of a class that streams through its sheaf. What it reads
-// may be stale; a bit cleared meanwhile is set again by the next miss.
-void on_miss(uint32_t c, unsigned cls, bool alloc) {
-  prepare_cpu(c);
-  CpuMeta& m = meta_[c];
-  uint32_t max = sheaf_max_capacity(cls);
-  if (!alloc && max > 2 * batch_size(cls)) max = 2 * batch_size(cls);
-  if (__atomic_load_n(&m.ready, __ATOMIC_ACQUIRE) && m.missed.has(cls) && m.active.has(cls) &&
-      capacity_of(c, cls) >= max)
-    return tick_every_few_misses(m);
-  m.lock.lock();
-  if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
-  m.missed.set(cls, true);
-  m.active.set(cls, true);
-  uint32_t cap = capacity_of(c, cls);
-  if (cap < max) {
-    uint32_t step = batch_size(cls) < max - cap ? batch_size(cls) : max - cap;
-    size_t need = size_t{step} * class_size(cls);
-    while (m.capacity_bytes + need > budget_ && m.steal_wait[cls] == 0 && steal(c, m, cls)) {
-    }
-    if (m.capacity_bytes + need > budget_) {
-      // No class to take from: the next kStealWait misses do not look again (when
-      // all classes are busy, looking on every miss cost 10% of rptest's time).
-      m.steal_wait[cls] = m.steal_wait[cls] ? m.steal_wait[cls] - 1 : kStealWait;
-    } else {
-      prepare_slots(c, m, cls, begin_of(cls) + cap + step);
-      if (percpu_resize(c, cls, begin_of(cls) + cap + step, nullptr) >= 0) {
-        m.capacity_bytes += need;
-        m.grows++;
-        m.held.set(cls, true);
-      }
-    }
-  }
-  m.lock.unlock();
-  tick_every_few_misses(m);
 }
 
 // Runs a batch section (pop or push of up to n objects) on the CPU the thread is
@@ -720,16 +477,6 @@ void percpu_decay_sheaves() {
     if (any_idle) drain_cpu(c, m, idle);
     if (any_in_use) trim_cpu(c, in_use);
     flush_remote_cpu(c);
-  }
-}
-
-void percpu_sample_arm() {
-  if (!g_percpu) return;
-  for (uint32_t c = 0; c < g_cpu_count; c++) {
-    if (!(cpu_prepared_[c / 64].load(std::memory_order_acquire) & (uint64_t{1} << (c % 64)))) continue;
-    CpuMeta& m = meta_[c];
-    LockGuard g(m.lock);
-    arm_sampling(c, m);
   }
 }
 
