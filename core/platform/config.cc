@@ -3,6 +3,8 @@
 // allocate.
 #include "core/platform/config.h"
 
+#include <sys/auxv.h>
+
 #include <atomic>
 #include <cstring>
 
@@ -224,16 +226,22 @@ void config_init() {
 
   const char* conf = nullptr;
   const char* stats = nullptr;
-  long len = os::read_file("/proc/self/environ", g_env_block, sizeof g_env_block - 1);
-  if (len > 0) {
-    g_env_block[len] = 0;
-    conf = env_lookup(g_env_block, (size_t)len, "USLAB_CONF");
-    stats = env_lookup(g_env_block, (size_t)len, "USLAB_STATS");
-  } else if (environ) {
-    // No /proc: the initial environment, read before main can call setenv.
-    for (char** e = environ; *e; e++) {
-      if (strncmp(*e, "USLAB_CONF=", 11) == 0) conf = *e + 11;
-      if (strncmp(*e, "USLAB_STATS=", 12) == 0) stats = *e + 12;
+  // A setuid, setgid or file-capability process (AT_SECURE) ignores the environment,
+  // as glibc ignores its malloc tunables there: whoever runs it must not choose where
+  // it writes files (prof_final, prof_prefix) or how it behaves. The linked-in
+  // string still applies.
+  if (!getauxval(AT_SECURE)) {
+    long len = os::read_file("/proc/self/environ", g_env_block, sizeof g_env_block - 1);
+    if (len > 0) {
+      g_env_block[len] = 0;
+      conf = env_lookup(g_env_block, (size_t)len, "USLAB_CONF");
+      stats = env_lookup(g_env_block, (size_t)len, "USLAB_STATS");
+    } else if (environ) {
+      // No /proc: the initial environment, read before main can call setenv.
+      for (char** e = environ; *e; e++) {
+        if (strncmp(*e, "USLAB_CONF=", 11) == 0) conf = *e + 11;
+        if (strncmp(*e, "USLAB_STATS=", 12) == 0) stats = *e + 12;
+      }
     }
   }
   if (conf) config_parse(cfg, conf, "USLAB_CONF");

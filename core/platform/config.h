@@ -4,8 +4,10 @@
 // initialisation, from (in order, later wins) the weak `uslab_malloc_conf` string a
 // program may link in, then the USLAB_CONF and USLAB_STATS environment variables read
 // from /proc/self/environ with raw syscalls (never getenv: setenv may be reallocating
-// environ in another thread, mimalloc#1314). After that it is read-only, so readers
-// need no lock. Unknown keys and bad values get a one-line warning and the default.
+// environ in another thread, mimalloc#1314); a setuid, setgid or file-capability
+// process (AT_SECURE) reads only the linked-in string. After that it is read-only,
+// so readers need no lock. Unknown keys and bad values get a one-line warning and
+// the default.
 // Also the decay schedule derived from decay_ms (decay_tick_ms, decay_purge_age_ms),
 // which the tick, the page heaps and the huge cache share.
 #pragma once
