@@ -37,6 +37,11 @@ struct LiveRec {
 constinit Mutex g_lock;
 bool g_enabled = false;
 __thread bool t_in_prof __attribute__((tls_model("initial-exec")));
+// Sampled objects freed by a thread while it was inside the profiler (a signal
+// handler's free while the thread held g_lock): forgotten when it leaves.
+constexpr unsigned kPendingFrees = 4;
+__thread uintptr_t t_pending[kPendingFrees] __attribute__((tls_model("initial-exec")));
+__thread unsigned t_npending __attribute__((tls_model("initial-exec")));
 
 // The tables, each a mapping of its own, grown by doubling.
 StackRec* g_stacks = nullptr;
@@ -249,8 +254,22 @@ void forget_locked(uintptr_t p) {
 }
 
 void forget(uintptr_t p) {
+  if (t_in_prof) {  // g_lock may be this thread's: later (a record left over if full)
+    if (t_npending < kPendingFrees) t_pending[t_npending++] = p;
+    return;
+  }
   LockGuard g(g_lock);
   forget_locked(p);
+}
+
+// The thread leaves the profiler: frees that came meanwhile are forgotten now.
+void leave() {
+  t_in_prof = false;
+  while (t_npending) {
+    uintptr_t p = t_pending[--t_npending];
+    LockGuard g(g_lock);
+    forget_locked(p);
+  }
 }
 
 }  // namespace
@@ -275,7 +294,7 @@ void* sample_small(unsigned cls) {
     }
   }
   if (p) record(p, size, cls);
-  t_in_prof = false;
+  leave();
   poll();  // a dump prof_interval or prof_signal asked for
   return p;
 }
@@ -322,7 +341,7 @@ int write_now(const char* path, int which) {
     os::unmap(views, bytes);
     if (!err) __atomic_fetch_add(&g_dumps, 1, __ATOMIC_RELAXED);
   }
-  t_in_prof = false;
+  leave();
   return err;
 }
 
@@ -389,7 +408,7 @@ void on_large_alloc(Span* s) {
   t_in_prof = true;
   s->sampled = Span::kSampledLarge;
   record(s->start, s->bytes(), 0);
-  t_in_prof = false;
+  leave();
   poll();
 }
 
