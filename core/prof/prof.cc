@@ -184,16 +184,32 @@ void note_peak() {
   }
 }
 
+// 1 / p(sampled) for an object of `size` bytes: its weight. Sizes repeat (classes,
+// spans of whole pages), so the last few are kept, with the mean they were for
+// (computing it was a tenth of a sample's cost). Lock held.
+double inverse_probability(size_t size) {
+  struct Entry {
+    size_t size;
+    uint64_t mean;
+    double inverse;
+  };
+  static Entry cache[64];
+  Entry& e = cache[(size >> 3) % 64];
+  if (e.size != size || e.mean != g_sample_bytes) e = Entry{size, g_sample_bytes, 1 / sample_probability(size)};
+  return e.inverse;
+}
+
 // Records sampled object p of `size` bytes, class cls (0: large), allocated with the
 // calling thread's stack.
 void record(const void* p, size_t size, unsigned cls) {
   Stack st;
   stack_capture(&st);
-  double prob = sample_probability(size);
-  double objects = 1 / prob, bytes = static_cast<double>(size) / prob;
   bool interval = false;
+  double bytes;
   {
     LockGuard g(g_lock);
+    double objects = inverse_probability(size);
+    bytes = static_cast<double>(size) * objects;
     long k = intern(st, cls);
     if (k < 0 || (g_live_count * 2 >= g_live_cap && !grow_live())) return;
     size_t s = slot_of(reinterpret_cast<uintptr_t>(p), g_live_cap);
@@ -286,9 +302,14 @@ void* sample_small(unsigned cls) {
   if (cls >= kFirstCacheClass) {
     p = heap::alloc_class(cls);  // a cache object stays in its slab
   } else {
-    p = heap::alloc_large(size, kPageSize, nullptr);
-    if (p) {
-      Span* s = PageMap::span_of(PageMap::entry(p));
+    // A large span straight from the page heap (a small object's pages never need
+    // alloc_large's huge, guard or memory-limit handling; its decay notice comes
+    // from the allocation that sampled it).
+    bool zeroed;
+    Span* s = g_page_heap[current_shard()].alloc((size + kPageSize - 1) >> kPageShift, 1,
+                                                 SpanKind::kLarge, &zeroed);
+    p = s ? s->start : nullptr;
+    if (s) {
       s->sampled = Span::kSampledSmall;
       s->obj_size = static_cast<uint32_t>(size);
     }
