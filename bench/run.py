@@ -901,21 +901,26 @@ def bench_prof(args, allocs, out):
               " | ".join(f"{med[b] / med[b + ' prof']:.3f}" for b in bases) + " |")
     print()
     if shutil.which("valgrind"):
-        print("Instructions per malloc(64)+free pair under callgrind (per-thread fallback: "
-              "valgrind has no rseq), 1,000,000 pairs:\n")
-        print("| config | instructions per pair |")
-        print("|---|---|")
-        for c in ("uslab", "uslab prof"):
-            lib, env = configs[c]
-            with tempfile.TemporaryDirectory() as tmp:
-                cg = os.path.join(tmp, "cg.out")
-                subprocess.run(["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={cg}",
-                                "--toggle-collect=malloc", "--toggle-collect=free", micro, "pairs",
-                                "1000000", "64"], env=preload_env(lib, env), check=True, capture_output=True)
-                with open(cg) as f:
-                    total = next(int(l.split()[1]) for l in f if l.startswith("totals:"))
-            result[f"instructions {c}"] = total / 1e6
-            print(f"| {c} | {total / 1e6:.2f} |")
+        # Exact counts, where the cycles above are noisy at the percent level.
+        print("Instructions per malloc+free pair inside malloc and free under callgrind "
+              "(per-thread fallback: valgrind has no rseq), 1,000,000 pairs:\n")
+        print("| size | uslab | uslab prof | ratio |")
+        print("|---|---|---|---|")
+        for size in (64, 256, 1024, 4096):
+            counts = {}
+            for c in ("uslab", "uslab prof"):
+                lib, env = configs[c]
+                with tempfile.TemporaryDirectory() as tmp:
+                    cg = os.path.join(tmp, "cg.out")
+                    subprocess.run(["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={cg}",
+                                    "--toggle-collect=malloc", "--toggle-collect=free", micro, "pairs",
+                                    "1000000", str(size)], env=preload_env(lib, env), check=True,
+                                   capture_output=True)
+                    with open(cg) as f:
+                        counts[c] = next(int(l.split()[1]) for l in f if l.startswith("totals:")) / 1e6
+                result[f"instructions {c} {size}"] = counts[c]
+            print(f"| {size} B | {counts['uslab']:.2f} | {counts['uslab prof']:.2f} | "
+                  f"{counts['uslab prof'] / counts['uslab']:.3f} |")
         print()
     out["prof"] = result
 
