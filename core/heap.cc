@@ -252,7 +252,7 @@ void* realloc(void* p, size_t size) {
     if (size <= kMaxSmall && size_to_class(size) == s->size_class) return p;
     old_size = s->obj_size;
   } else if (Span* l = large_of(p, e)) {
-    old_size = l->bytes();
+    old_size = large_usable(l);
     bool resized = large_resize_in_place(l, size);
     // A huge block that must grow moves its pages to a bigger mapping, not a copy:
     // the peak holds the block once (a copy held both until the free).
