@@ -1,5 +1,6 @@
-// preload/init.cc — process-level hooks of libuslab.so: fork handlers and the
-// stats report at exit.
+// preload/init.cc — process-level hooks of libuslab.so: fork handlers, the stats
+// report and the heap profile at exit, and `uslab run --no-children` (the preload
+// taken out of the environment the program's children inherit).
 //
 // Initialisation itself is lazy (the first malloc can come from ld.so before any
 // constructor runs); this constructor only does what must wait for libc: register
@@ -7,12 +8,47 @@
 // must not touch the heap in the child before exec (see README).
 // Locking: none of its own; the fork handlers take and release every heap lock.
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/heap.h"
 
 namespace {
 
+// With USLAB_NO_CHILDREN set (uslab run --no-children), the entries naming
+// libuslab are cut out of LD_PRELOAD in place (the variable is removed when nothing
+// is left), and USLAB_NO_CHILDREN too, before main: this process keeps uslab, the
+// programs it starts do not. In place and with unsetenv, which allocate nothing,
+// before any thread can read the environment.
+void drop_preload_for_children() {
+  if (!getenv("USLAB_NO_CHILDREN")) return;
+  unsetenv("USLAB_NO_CHILDREN");
+  char* list = getenv("LD_PRELOAD");
+  if (!list) return;
+  char* out = list;
+  for (char* p = list; *p;) {
+    while (*p == ':' || *p == ' ') p++;  // ld.so's separators
+    char* end = p;
+    while (*end && *end != ':' && *end != ' ') end++;
+    if (end > p) {
+      char saved = *end;
+      *end = 0;
+      bool ours = strstr(p, "libuslab") != nullptr;
+      *end = saved;
+      if (!ours) {
+        if (out != list) *out++ = ':';
+        memmove(out, p, static_cast<size_t>(end - p));
+        out += end - p;
+      }
+    }
+    p = end;
+  }
+  *out = 0;
+  if (out == list) unsetenv("LD_PRELOAD");
+}
+
 __attribute__((constructor(101))) void uslab_process_init() {
+  drop_preload_for_children();
   uslab::heap::init();
   pthread_atfork(uslab::heap::fork_prepare, uslab::heap::fork_parent, uslab::heap::fork_child);
 }

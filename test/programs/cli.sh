@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/programs/cli.sh TOOLS_USLAB BUILD_DIR — each uslab subcommand on real programs:
 # run and stats on sort (output equal to sort's without uslab; the table names the
-# mode), path, ab on a deterministic program (table with ratios), on a failing one
+# mode), run's preload for the whole process tree or (--no-children) the top program only, path, ab on a deterministic program (table with ratios), on a failing one
 # (runs flagged, non-zero exit), on one whose output changes every run (the
 # comparison switched off with a note), with piped and --input standard input (the
 # same for every run), on a static binary and a program with its own allocator (no
@@ -30,6 +30,15 @@ check 'cmp -s "$work/plain.out" "$work/je.out"' "run --allocator jemalloc works"
 check 'cmp -s "$work/plain.out" "$work/stats.out"' "stats: output unchanged"
 check 'grep -q "^uslab stats (mode: " "$work/stats.err"' "stats: table on stderr ($(head -c 300 "$work/stats.err"))"
 check 'grep -q "^cached: " "$work/stats.err"' "stats: totals printed"
+# run keeps the preload for the whole process tree; --no-children for the top only.
+tree=$("$uslab" run -- sh -c 'grep -c libuslab /proc/$$/maps; sh -c "grep -c libuslab /proc/\$\$/maps"')
+check '[ "$(echo "$tree" | sed -n 1p)" -gt 0 ] && [ "$(echo "$tree" | sed -n 2p)" -gt 0 ]' \
+  "run: a child of the program runs under uslab too ($tree)"
+top=$(LD_PRELOAD=/lib/x86_64-linux-gnu/libdl.so.2 "$uslab" run --no-children -- sh -c \
+  'grep -c libuslab /proc/$$/maps; echo "[$LD_PRELOAD]"; sh -c "grep -c libuslab /proc/\$\$/maps; env | grep -c USLAB_NO_CHILDREN"')
+check '[ "$(echo "$top" | sed -n 1p)" -gt 0 ] && [ "$(echo "$top" | sed -n 2p)" = "[/lib/x86_64-linux-gnu/libdl.so.2]" ] && [ "$(echo "$top" | sed -n 3p)" = 0 ] && [ "$(echo "$top" | sed -n 4p)" = 0 ]' \
+  "run --no-children: the program under uslab, its children not, other preloads kept ($top)"
+
 # prof: the heap profiler's summary on a program whose sites are known.
 "$uslab" prof --svg "$work/flame.svg" --dir "$work/prof" --sample 64k -- "$USLAB_BUILD/test/prof_sites" \
   > "$work/prof.out" 2>"$work/prof.err"
