@@ -68,7 +68,7 @@ def packed(v, wire):
 def read_profile(path):
     """Samples as (values, [function name or address per frame, innermost first])."""
     data = open(path, "rb").read()
-    strings, samples, locations, functions = [], [], {}, {}
+    strings, samples, locations, functions, mappings = [], [], {}, {}, {}
     for f, w, v in fields(data):
         if f == 6:
             strings.append(v.decode("utf-8", "replace"))
@@ -80,11 +80,18 @@ def read_profile(path):
                 elif sf == 2:
                     vals += packed(sv, sw)
             samples.append((vals, locs))
+        elif f == 3:
+            m = {}
+            for mf, mw, mv in fields(v):
+                m[mf] = mv
+            mappings[m.get(1)] = (m.get(2, 0), m.get(4, 0), m.get(5, 0))
         elif f == 4:
             loc = {"fn": None}
             for lf, lw, lv in fields(v):
                 if lf == 1:
                     loc["id"] = lv
+                elif lf == 2:
+                    loc["map"] = lv
                 elif lf == 3:
                     loc["addr"] = lv
                 elif lf == 4:
@@ -104,6 +111,9 @@ def read_profile(path):
         loc = locations[lid]
         if loc["fn"] is not None and loc["fn"] in functions:
             return strings[functions[loc["fn"]]]
+        if loc.get("map") in mappings:  # no symbol: object+offset, as pprof shows it
+            start, offset, name = mappings[loc["map"]]
+            return "%s+0x%x" % (os.path.basename(strings[name]) or "?", loc.get("addr", 0) - start + offset)
         return "0x%x" % loc.get("addr", 0)
     return [(vals, [frame(l) for l in locs]) for vals, locs in samples]
 
@@ -127,6 +137,10 @@ def top_table(samples, names, value_index, count_index, title, limit):
     by_site = {}
     for vals, frames in samples:
         site = frames[0] if frames else "?"
+        if "+0x" in site:  # unnamed (a stripped library): say which named code called it
+            caller = next((f for f in frames[1:] if "+0x" not in f and not f.startswith("0x")), None)
+            if caller:
+                site += " (from " + caller + ")"
         b, o = by_site.get(site, (0, 0))
         by_site[site] = (b + vals[value_index], o + vals[count_index])
     total = sum(b for b, _ in by_site.values())
