@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/foreign.h"
 #include "core/prof/prof.h"
 
 namespace uslab::heap {
@@ -129,6 +130,8 @@ void free_slow(void* p, uintptr_t e) {
   Span* s = PageMap::span_of(e);
   if (s && s->kind == SpanKind::kFree && s->start == p)
     report_bad_free(p, "double free", 0);
+  else if (!e)
+    foreign::free(p);  // not uslab's memory at all: glibc's block, or reported there
   else
     report_bad_free(p, "free of invalid pointer", 0);
 }
@@ -169,7 +172,7 @@ size_t usable_size(const void* p) {
   uintptr_t e = PageMap::entry(p);
   if (Span* s = slab_of(p, e)) return s->obj_size;
   if (Span* s = large_of(p, e)) return large_usable(s);
-  return 0;
+  return e ? 0 : foreign::usable_size(p);
 }
 
 namespace {
@@ -263,6 +266,9 @@ void* realloc(void* p, size_t size) {
     decay_notice();
     if (resized) return p;
     if (moved) return moved->start;
+  } else if (size_t foreign_size = e ? 0 : foreign::usable_size(p)) {
+    // glibc's block (foreign.h): moved into uslab's heap, glibc's freed.
+    old_size = foreign_size;
   } else {
     config_init();
     report_bad_free(p, "realloc of invalid pointer", 0);
@@ -718,6 +724,9 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   write(opaque, line);
   memory_limit_describe(line, sizeof line, false);
   write(opaque, line);
+  if (size_t n = foreign::forwarded())
+    out("foreign: %zu frees of glibc's blocks (RTLD_DEEPBIND libraries, launchers) forwarded "
+        "to glibc\n", n);
   if (prof::enabled()) {
     prof::Stats ps = prof::stats();
     out("prof: %s, a sample every %zu bytes on average: %zu samples, %zu live (%zu bytes "

@@ -193,3 +193,4 @@ void fork_child();
 
 #include "core/deferred.h"
 #include "core/prof/prof.h"
+#include "core/foreign.h"

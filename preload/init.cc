@@ -7,9 +7,13 @@
 // pthread_atfork handlers. Forks that run no handlers (_Fork, vfork, posix_spawn)
 // must not touch the heap in the child before exec (see README).
 // Locking: none of its own; the fork handlers take and release every heap lock.
+#include <dlfcn.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/heap.h"
 
@@ -47,8 +51,21 @@ void drop_preload_for_children() {
   if (out == list) unsetenv("LD_PRELOAD");
 }
 
+// glibc's free and malloc_usable_size, for blocks of glibc's malloc that reach
+// uslab's (core/foreign.h), and the program break before glibc's malloc could use it.
+void find_glibc_malloc() {
+  using FreeFn = void (*)(void*);
+  using UsableFn = size_t (*)(void*);
+  auto glibc_free = reinterpret_cast<FreeFn>(dlsym(RTLD_NEXT, "free"));
+  auto glibc_usable = reinterpret_cast<UsableFn>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+  if (glibc_free == &free || glibc_usable == &malloc_usable_size) return;  // ours, linked in
+  uslab::foreign::set_hooks({glibc_free, glibc_usable},
+                            reinterpret_cast<const void*>(syscall(SYS_brk, 0)));
+}
+
 __attribute__((constructor(101))) void uslab_process_init() {
   drop_preload_for_children();
+  find_glibc_malloc();
   uslab::heap::init();
   pthread_atfork(uslab::heap::fork_prepare, uslab::heap::fork_parent, uslab::heap::fork_child);
 }

@@ -164,6 +164,12 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_size(v, vlen, &cfg.prof_interval);
   } else if (key_is(k, klen, "prof_signal")) {
     ok = parse_signal(v, vlen, &cfg.prof_signal);
+  } else if (key_is(k, klen, "foreign_free")) {
+    ok = true;
+    if (key_is(v, vlen, "forward")) cfg.foreign_free = Config::ForeignFree::kForward;
+    else if (key_is(v, vlen, "report")) cfg.foreign_free = Config::ForeignFree::kReport;
+    else if (key_is(v, vlen, "abort")) cfg.foreign_free = Config::ForeignFree::kAbort;
+    else ok = false;
   } else if (key_is(k, klen, "topology")) {
     ok = true;
     if (key_is(v, vlen, "auto")) cfg.topology = TopologySource::kAuto;

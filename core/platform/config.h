@@ -50,6 +50,11 @@ struct Config {
   // get mappings of their own with inaccessible pages on both sides (heap.cc).
   bool poison = false;
   bool guard = false;
+  // A pointer uslab did not hand out reaching free (core/foreign.h): to glibc's free
+  // when it looks like one of glibc's blocks, else reported; reported and left; or
+  // reported and aborted.
+  enum class ForeignFree : uint8_t { kForward, kReport, kAbort };
+  ForeignFree foreign_free = ForeignFree::kForward;
   // The heap profiler (core/prof/prof.h): on, sampling from the start (prof_active),
   // a sample every prof_sample bytes on average, files named after prof_prefix, written
   // at exit (prof_final), every prof_interval bytes of live-heap growth (0: never), and

@@ -1,0 +1,86 @@
+// core/foreign.cc — pointers from glibc's malloc (foreign.h). Locking: none; see
+// foreign.h.
+#include "core/foreign.h"
+
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "core/heap.h"
+
+namespace uslab::foreign {
+
+namespace {
+
+Hooks g_hooks{};
+uintptr_t g_initial_break = 0;
+std::atomic<size_t> g_forwarded{0};
+
+// Reads n bytes at `at` without faulting (false where nothing is mapped).
+bool read_mem(uintptr_t at, void* out, size_t n) {
+  iovec local{out, n}, remote{reinterpret_cast<void*>(at), n};
+  long pid = os::syscall6(SYS_getpid);
+  return os::syscall6(SYS_process_vm_readv, pid, reinterpret_cast<long>(&local), 1,
+                      reinterpret_cast<long>(&remote), 1, 0) == static_cast<long>(n);
+}
+
+// glibc's chunk layout (malloc/malloc.c): prev_size, size | flags, then the block.
+constexpr uintptr_t kMmapped = 2, kNonMainArena = 4;
+constexpr uintptr_t kHeapMax = uintptr_t{64} << 20;  // HEAP_MAX_SIZE on 64-bit
+
+bool looks_like_glibc(const void* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (!g_hooks.free || a % 16 != 0 || a < 4096) return false;
+  uintptr_t hdr[2];  // prev_size, size
+  if (!read_mem(a - 16, hdr, sizeof hdr)) return false;
+  uintptr_t size = hdr[1] & ~uintptr_t{7};
+  if (size < 32 || size % 16 != 0) return false;
+  const uintptr_t page = os::kOsPage;
+  if (hdr[1] & kMmapped) {
+    uintptr_t start = a - 16 - hdr[0];
+    return start % page == 0 && (size + hdr[0]) % page == 0;
+  }
+  if (hdr[1] & kNonMainArena) {
+    // heap_info at the start of the arena's 64 MiB-aligned heap: ar_ptr, prev, size.
+    uintptr_t info[3];
+    uintptr_t heap = a & ~(kHeapMax - 1);
+    return read_mem(heap, info, sizeof info) && info[0] != 0 && a - heap < info[2] &&
+           a - 16 + size <= heap + info[2];
+  }
+  uintptr_t brk = static_cast<uintptr_t>(os::syscall6(SYS_brk, 0));
+  return g_initial_break && a - 16 >= g_initial_break && a - 16 + size <= brk;
+}
+
+}  // namespace
+
+void set_hooks(const Hooks& hooks, const void* initial_break) {
+  g_hooks = hooks;
+  g_initial_break = reinterpret_cast<uintptr_t>(initial_break);
+}
+
+void free(void* p) {
+  switch (g_config.foreign_free) {
+    case Config::ForeignFree::kForward:
+      if (!looks_like_glibc(p)) break;
+      g_forwarded.fetch_add(1, std::memory_order_relaxed);
+      return g_hooks.free(p);
+    case Config::ForeignFree::kReport:
+      os::print_stderr("uslab: free of %p, not allocated by uslab: left alone (foreign_free=report)\n", p);
+      return;
+    case Config::ForeignFree::kAbort:
+      break;
+  }
+  report_bad_free(p, "free of invalid pointer", 0);
+}
+
+size_t usable_size(const void* p) {
+  if (g_config.foreign_free == Config::ForeignFree::kForward && g_hooks.usable_size && looks_like_glibc(p))
+    return g_hooks.usable_size(const_cast<void*>(p));
+  return 0;
+}
+
+size_t forwarded() { return g_forwarded.load(std::memory_order_relaxed); }
+
+}  // namespace uslab::foreign
