@@ -3,7 +3,6 @@
 #include "core/foreign.h"
 
 #include <sys/syscall.h>
-#include <sys/uio.h>
 
 #include <atomic>
 #include <cstdint>
@@ -18,14 +17,6 @@ Hooks g_hooks{};
 uintptr_t g_initial_break = 0;
 std::atomic<size_t> g_forwarded{0};
 
-// Reads n bytes at `at` without faulting (false where nothing is mapped).
-bool read_mem(uintptr_t at, void* out, size_t n) {
-  iovec local{out, n}, remote{reinterpret_cast<void*>(at), n};
-  long pid = os::syscall6(SYS_getpid);
-  return os::syscall6(SYS_process_vm_readv, pid, reinterpret_cast<long>(&local), 1,
-                      reinterpret_cast<long>(&remote), 1, 0) == static_cast<long>(n);
-}
-
 // glibc's chunk layout (malloc/malloc.c): prev_size, size | flags, then the block.
 constexpr uintptr_t kMmapped = 2, kNonMainArena = 4;
 constexpr uintptr_t kHeapMax = uintptr_t{64} << 20;  // HEAP_MAX_SIZE on 64-bit
@@ -34,7 +25,7 @@ bool looks_like_glibc(const void* p) {
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
   if (!g_hooks.free || a % 16 != 0 || a < 4096) return false;
   uintptr_t hdr[2];  // prev_size, size
-  if (!read_mem(a - 16, hdr, sizeof hdr)) return false;
+  if (!os::read_memory(a - 16, hdr, sizeof hdr)) return false;
   uintptr_t size = hdr[1] & ~uintptr_t{7};
   if (size < 32 || size % 16 != 0) return false;
   const uintptr_t page = os::kOsPage;
@@ -46,7 +37,7 @@ bool looks_like_glibc(const void* p) {
     // heap_info at the start of the arena's 64 MiB-aligned heap: ar_ptr, prev, size.
     uintptr_t info[3];
     uintptr_t heap = a & ~(kHeapMax - 1);
-    return read_mem(heap, info, sizeof info) && info[0] != 0 && a - heap < info[2] &&
+    return os::read_memory(heap, info, sizeof info) && info[0] != 0 && a - heap < info[2] &&
            a - 16 + size <= heap + info[2];
   }
   uintptr_t brk = static_cast<uintptr_t>(os::syscall6(SYS_brk, 0));

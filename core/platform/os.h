@@ -77,6 +77,10 @@ uint64_t now_ns();
 // Sleeps about ns nanoseconds (an interrupted sleep just returns early).
 void sleep_ns(uint64_t ns);
 
+// Copies n bytes of this process's memory at `at` into out with process_vm_readv:
+// false where any of it is not mapped readable, instead of a fault (addresses that
+// only might be pointers: the heap profiler's call-site decoding, foreign blocks).
+bool read_memory(uintptr_t at, void* out, size_t n);
 // Read up to `cap` bytes of a file into `buf` with raw syscalls; returns length or -1.
 long read_file(const char* path, char* buf, size_t cap);
 // Calls fn(line, len, arg) for each line of a file (without its newline; lines

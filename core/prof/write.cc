@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 
 #include <cstring>
@@ -207,31 +206,24 @@ class AddressIds {
 // stub's jmp *GOT(%rip), after an endbr64 and bnd prefix). 0 when not a direct call
 // (a call through a register: the target is gone).
 // Bytes that only look like a call (the tail of a call through a register) give an
-// address anywhere: every read goes through process_vm_readv, which fails on an
+// address anywhere: every read goes through os::read_memory, which fails on an
 // unmapped address instead of faulting.
-bool read_mem(uintptr_t at, void* out, size_t n) {
-  iovec local{out, n}, remote{reinterpret_cast<void*>(at), n};
-  static const long pid = os::syscall6(SYS_getpid);
-  return os::syscall6(SYS_process_vm_readv, pid, reinterpret_cast<long>(&local), 1,
-                      reinterpret_cast<long>(&remote), 1, 0) == static_cast<long>(n);
-}
-
 uintptr_t call_target(uintptr_t ret) {
   unsigned char b[6];
   int32_t d;
   uintptr_t target;
-  if (!read_mem(ret - 6, b, 6)) return 0;
+  if (!os::read_memory(ret - 6, b, 6)) return 0;
   memcpy(&d, b + 2, 4);
-  if (b[0] == 0xff && b[1] == 0x15) return read_mem(ret + d, &target, sizeof target) ? target : 0;
+  if (b[0] == 0xff && b[1] == 0x15) return os::read_memory(ret + d, &target, sizeof target) ? target : 0;
   if (b[1] != 0xe8) return 0;
   target = ret + d;
   unsigned char stub[16];
-  if (!read_mem(target, stub, sizeof stub)) return 0;
+  if (!os::read_memory(target, stub, sizeof stub)) return 0;
   for (unsigned i = 0; i + 6 <= sizeof stub; i++)
     if (stub[i] == 0xff && stub[i + 1] == 0x25) {
       memcpy(&d, stub + i + 2, 4);
       uintptr_t fn;
-      return read_mem(target + i + 6 + d, &fn, sizeof fn) ? fn : 0;
+      return os::read_memory(target + i + 6 + d, &fn, sizeof fn) ? fn : 0;
     }
   return target;
 }
