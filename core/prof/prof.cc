@@ -204,7 +204,6 @@ double inverse_probability(size_t size) {
 void record(const void* p, size_t size, unsigned cls) {
   Stack st;
   stack_capture(&st);
-  bool interval = false;
   double bytes;
   {
     LockGuard g(g_lock);
@@ -229,11 +228,10 @@ void record(const void* p, size_t size, unsigned cls) {
     note_peak();
     if (g_config.prof_interval && g_live_bytes >= g_next_interval) {
       g_next_interval = g_live_bytes + static_cast<double>(g_config.prof_interval);
-      g_interval_pending = interval = true;
+      g_interval_pending = true;  // written by poll(), outside the allocator's locks
     }
   }
   USLAB_PROBE4(prof_sample, p, size, static_cast<uint64_t>(bytes), cls);
-  (void)interval;
 }
 
 // Forgets p's record, if any (backward-shift deletion keeps the probe runs whole).
