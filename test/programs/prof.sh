@@ -9,7 +9,7 @@
 #    else above 1 MB; the folded stacks carry the "malloc" label, parse, and sum to
 #    the profile.proto's totals (tools/prof.py --read --totals);
 #  - the sites of object caches, bulk allocation and realloc growth appear, freed;
-#  - the peak profile exists; the controls (uslab_prof_dump, mallctl prof.*) work;
+#  - the peak profile holds the leak and more than the live heap at exit; the controls (uslab_prof_dump, mallctl prof.*) work;
 #    prof_signal and prof_interval write their files;
 #  - Go's pprof reads the profile.proto and -top names the three sites (pprof: `go
 #    tool pprof`; `uslab test` installs Debian's golang-go where no go is found);
@@ -53,6 +53,12 @@ done
 echo "live profile at exit:"
 leak=$(awk '$1 == "leak_site" { print $2 }' "$work/out")
 within leak_site "$(sum_of "$inuse" ";leak_site;")" "$leak" 10 || bad "leak_site's live bytes beyond 10%"
+# The peak profile: the live heap at its highest, which holds the leak (it stays to
+# the end) and more than is live at exit (realloc_site's growing block came after).
+if [ -n "$peak" ]; then
+  within "leak (peak)" "$(sum_of "$peak.inuse.folded" ";leak_site;")" "$leak" 10 || bad "the peak profile's leak_site beyond 10%"
+  [ "$(sum_of "$peak.inuse.folded" "")" -gt "$(sum_of "$inuse" "")" ] || bad "the peak profile holds no more than the live heap at exit"
+fi
 others=$(awk '!index($0, ";leak_site;") && $NF > 1048576' "$inuse" | wc -l)
 [ "$others" -eq 0 ] || { bad "live stacks other than leak_site above 1 MB at exit"; awk '$NF > 1048576' "$inuse" | cut -c1-300; }
 grep -q ";site_sixty;malloc " "$alloc" || bad "no 'malloc' entry label under site_sixty"
