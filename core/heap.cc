@@ -1,5 +1,7 @@
 // core/heap.cc — slow paths of the Heap facade: large and huge objects, aligned
-// and zeroed allocation, realloc, pointer validation, trim, stats and fork.
+// and zeroed allocation, realloc, pointer validation (pointers with no uslab span go
+// to core/foreign.h), the heap profiler's marks on sampled spans (core/prof), trim,
+// stats and fork.
 // Locking: none of its own; see heap.h and the allocator layer.
 #include "core/heap.h"
 

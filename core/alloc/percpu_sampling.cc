@@ -21,8 +21,7 @@ void set_hits(uint32_t c, CpuMeta& m, unsigned cls, uint16_t value) {
   auto* h = reinterpret_cast<uint16_t*>(region_of(c) + kHitsOffset);
   uint16_t old = __atomic_load_n(&h[cls], __ATOMIC_RELAXED);
   __atomic_store_n(&h[cls], value, __ATOMIC_RELAXED);
-  m.class_hits[cls].fetch_add(static_cast<uint64_t>((int64_t{old} - int64_t{value}) / int64_t{kHitStep}),
-                              std::memory_order_relaxed);
+  m.class_hits[cls].fetch_add(sample_bank_delta(old, value), std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -34,16 +33,15 @@ void arm_sampling(uint32_t c, CpuMeta& m) {
 }
 
 // A carry of class cls's counter on CPU c (lock held): whether the allocation is the
-// sampled one, with the counter set for the next leg. `retry`: the allocation will
-// pop again through the fast path, which adds its step.
+// sampled one, with the counter set for the next leg (`retry`: sample_on_carry's).
 bool sample_carry(uint32_t c, CpuMeta& m, unsigned cls, bool retry) {
   if (m.sample_epoch != g_sample_epoch) {
     arm_sampling(c, m);
     return false;
   }
   uint16_t next;
-  bool sampled = sample_on_carry(&m.sample_left[cls], cls, &next);
-  set_hits(c, m, cls, static_cast<uint16_t>(sampled || !retry ? next : next - kHitStep));
+  bool sampled = sample_on_carry(&m.sample_left[cls], cls, retry, &next);
+  set_hits(c, m, cls, next);
   m.sample_pops += next ? (65536u - next) / kHitStep : 65536u / kHitStep;
   return sampled;
 }

@@ -117,17 +117,11 @@ uint16_t sample_arm(uint64_t* left, unsigned cls) {
   return leg(left);
 }
 
-bool sample_on_carry(uint64_t* left, unsigned cls, uint16_t* counter) {
-  if (*left == kUnarmed) {
-    *counter = sample_arm(left, cls);
-    return false;
-  }
-  if (*left == 0) {
-    *counter = sample_arm(left, cls);
-    return true;
-  }
-  *counter = leg(left);
-  return false;
+bool sample_on_carry(uint64_t* left, unsigned cls, bool retry, uint16_t* counter) {
+  const bool sampled = *left == 0;
+  *counter = *left == kUnarmed || sampled ? sample_arm(left, cls) : leg(left);
+  if (retry && !sampled) *counter = static_cast<uint16_t>(*counter - kHitStep);
+  return sampled;
 }
 
 bool sample_large(size_t bytes) {

@@ -54,8 +54,15 @@ uint64_t sample_draw_bytes();
 // value returned that carries after min(n, 4096) more pops.
 uint16_t sample_arm(uint64_t* left, unsigned cls);
 // At a carry of an armed stream: whether the carrying allocation is sampled (then
-// the stream is armed again), and the counter value for the next leg.
-bool sample_on_carry(uint64_t* left, unsigned cls, uint16_t* counter);
+// the stream is armed again), and the counter value for the next leg in *counter.
+// `retry`: the carrying allocation pops again through the fast path, which adds its
+// step (taken off *counter here), unless it is the sampled one (the hook serves it).
+bool sample_on_carry(uint64_t* left, unsigned cls, bool retry, uint16_t* counter);
+// What a hit counter set from `old` to `now` takes from the hits it counts: the
+// front ends add it to their banked hits so that the statistics stay whole.
+inline uint64_t sample_bank_delta(uint16_t old, uint16_t now) {
+  return static_cast<uint64_t>((int64_t{old} - int64_t{now}) / int64_t{kHitStep});
+}
 
 // Large and huge allocations: whether an allocation of `bytes` is sampled (the
 // calling thread's byte countdown).

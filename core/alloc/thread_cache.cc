@@ -80,14 +80,11 @@ void on_thread_exit(void* arg) {
   release(tc);
 }
 
-// The calling thread's cache, created on first use; nullptr when this thread must
-// go straight to the central lists (caches disabled, thread exiting, no memory).
 // Sets bin cls's hit counter (the profiler's legs, sampler.h), banking the difference
 // so that the hit statistics stay whole. The owner only.
 void set_bin_hits(ThreadCache* tc, unsigned cls, uint16_t value) {
   CacheBin& b = tc->bins[cls];
-  banked_hits_[cls].fetch_add(static_cast<uint64_t>((int64_t{b.hits} - int64_t{value}) / int64_t{kHitStep}),
-                              std::memory_order_relaxed);
+  banked_hits_[cls].fetch_add(sample_bank_delta(b.hits, value), std::memory_order_relaxed);
   b.hits = value;
 }
 
@@ -97,15 +94,15 @@ void arm_sampling(ThreadCache* tc) {
 }
 
 // A carry of bin cls's counter: whether the allocation is the sampled one, with the
-// counter set for the next leg (`retry`: the allocation pops again, adding its step).
+// counter set for the next leg (`retry`: sample_on_carry's).
 bool sample_carry(ThreadCache* tc, unsigned cls, bool retry) {
   if (tc->sample_epoch != g_sample_epoch) {
     arm_sampling(tc);
     return false;
   }
   uint16_t next;
-  bool sampled = sample_on_carry(&tc->sample_left[cls], cls, &next);
-  set_bin_hits(tc, cls, static_cast<uint16_t>(sampled || !retry ? next : next - kHitStep));
+  bool sampled = sample_on_carry(&tc->sample_left[cls], cls, retry, &next);
+  set_bin_hits(tc, cls, next);
   return sampled;
 }
 
@@ -127,6 +124,8 @@ void* sampled_or(ThreadCache* tc, unsigned cls, void* p) {
   return q;
 }
 
+// The calling thread's cache, created on first use; nullptr when this thread must
+// go straight to the central lists (caches disabled, thread exiting, no memory).
 ThreadCache* create() {
   config_init();
   if (t_state == kThreadTornDown || !g_config.tcache) return nullptr;

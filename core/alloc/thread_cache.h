@@ -38,7 +38,8 @@ namespace uslab {
 // the counter (every 4096 hits) sends that pop down a slow path that banks the hits
 // for the statistics and gives the decay tick (percpu.h) a chance to run in a
 // program whose caches never miss (as jemalloc's allocation-event ticks and
-// tcmalloc's sampling countdown do).
+// tcmalloc's sampling countdown do). With the heap profiler on, the counters are
+// set to carry on each sampled pop (sampler.h).
 constexpr unsigned kHitStep = 16;
 constexpr uint64_t kHitsPerCarry = 65536 / kHitStep;
 

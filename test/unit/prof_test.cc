@@ -73,7 +73,7 @@ TEST_CASE("a stream's legs add up to its draw, and its last carry is the sampled
     uint64_t pops = k;
     uint16_t counter = 0;
     int carries = 0;
-    while (!sample_on_carry(&left, 1, &counter)) {
+    while (!sample_on_carry(&left, 1, false, &counter)) {
       uint64_t leg = counter ? (65536 - counter) / kHitStep : 4096;
       pops += leg;
       REQUIRE(++carries < 100);
