@@ -75,15 +75,16 @@ LD_PRELOAD=$lib USLAB_CONF="${USLAB_CONF:+$USLAB_CONF,}prof=true,prof_sample=64k
 grep -q "CHECK failed" "$work/err" && { cat "$work/err"; bad "prof_sites' checks"; }
 
 # The triggers: prof_signal (the next sampled allocation writes), prof_interval (a
-# file per 64 MiB of live-heap growth: the leak site's 32 MB and the threads' windows
-# make one or more).
+# file each time the live estimate grows by 8 MiB past the last: the leak site's 32 MB
+# crosses three thresholds at least, each within one sample's weight of its 8 MiB; at
+# 16m the second threshold could land just above the leak's estimate).
 LD_PRELOAD=$lib USLAB_CONF="${USLAB_CONF:+$USLAB_CONF,}prof=true,prof_signal=USR2,prof_prefix=$work/sig,prof_final=false" \
   "$prog" signal >/dev/null 2>&1 || bad "prof_sites signal exited with $?"
 ls "$work"/sig.*.signal.pb >/dev/null 2>&1 || bad "prof_signal=USR2 wrote no profile"
-LD_PRELOAD=$lib USLAB_CONF="${USLAB_CONF:+$USLAB_CONF,}prof=true,prof_interval=16m,prof_prefix=$work/int,prof_final=false" \
+LD_PRELOAD=$lib USLAB_CONF="${USLAB_CONF:+$USLAB_CONF,}prof=true,prof_interval=8m,prof_prefix=$work/int,prof_final=false" \
   "$prog" >/dev/null 2>&1 || bad "prof_sites with prof_interval exited with $?"
 n=$(ls "$work"/int.*.interval.pb 2>/dev/null | wc -l)
-[ "$n" -ge 2 ] || bad "prof_interval=16m wrote $n profiles for a 32 MB leak"
+[ "$n" -ge 3 ] || bad "prof_interval=8m wrote $n profiles for a 32 MB leak"
 
 # Go's pprof on the profile.proto.
 go=$(command -v go || ls /usr/lib/go/bin/go /usr/local/go/bin/go 2>/dev/null | head -1)
