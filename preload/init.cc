@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/heap.h"
+#include "core/platform/libc_calls.h"
 
 namespace {
 
@@ -56,8 +57,8 @@ void drop_preload_for_children() {
 void find_glibc_malloc() {
   using FreeFn = void (*)(void*);
   using UsableFn = size_t (*)(void*);
-  auto glibc_free = reinterpret_cast<FreeFn>(dlsym(RTLD_NEXT, "free"));
-  auto glibc_usable = reinterpret_cast<UsableFn>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+  auto glibc_free = reinterpret_cast<FreeFn>(uslab::libc::dl_sym(RTLD_NEXT, "free"));
+  auto glibc_usable = reinterpret_cast<UsableFn>(uslab::libc::dl_sym(RTLD_NEXT, "malloc_usable_size"));
   if (glibc_free == &free || glibc_usable == &malloc_usable_size) return;  // ours, linked in
   uslab::foreign::set_hooks({glibc_free, glibc_usable},
                             reinterpret_cast<const void*>(syscall(SYS_brk, 0)));

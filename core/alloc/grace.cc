@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 
 #include "core/alloc/meta_arena.h"
+#include "core/platform/libc_calls.h"
 
 namespace uslab {
 
@@ -45,7 +46,7 @@ void init_once() {
   membarrier_ = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
                 os::syscall6(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   g_grace_reader_fence = !membarrier_;
-  if (pthread_key_create(&exit_key_, on_thread_exit) != 0)
+  if (libc::key_create(&exit_key_, on_thread_exit) != 0)
     os::fatal("uslab: no pthread key left for read-side sections\n");
   ready_.store(true, std::memory_order_release);
 }
@@ -85,7 +86,7 @@ ReaderRecord* grace_register_reader() {
   r->ctr.store(0, std::memory_order_relaxed);
   t_reader = r;
   // May calloc (keys past the first 32); no section is open yet, so that nests.
-  pthread_setspecific(exit_key_, r);
+  libc::set_specific(exit_key_, r);
   return r;
 }
 

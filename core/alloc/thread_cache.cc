@@ -7,6 +7,7 @@
 #include "core/alloc/sampler.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"
+#include "core/platform/libc_calls.h"
 
 #include <atomic>
 #include <cstring>
@@ -132,7 +133,7 @@ ThreadCache* create() {
   {
     LockGuard g(registry_lock_);
     if (!key_ready_) {
-      if (pthread_key_create(&key_, on_thread_exit) != 0) return nullptr;
+      if (libc::key_create(&key_, on_thread_exit) != 0) return nullptr;
       key_ready_ = true;
     }
   }
@@ -156,7 +157,7 @@ ThreadCache* create() {
   t_cache = tc;
   t_state = kThreadActive;
   // May calloc (keys past the first 32): t_cache is already set, so that nests fine.
-  pthread_setspecific(key_, tc);
+  libc::set_specific(key_, tc);
   return tc;
 }
 

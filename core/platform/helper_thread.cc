@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "core/platform/libc_calls.h"
 #include "core/platform/os.h"
 
 namespace uslab::os {
@@ -128,17 +129,17 @@ int helper_thread_start(void* (*fn)(void*), const char* name) {
   // The thread takes no signal meant for the program: it inherits this mask.
   sigset_t all, old;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+  libc::signal_mask(SIG_SETMASK, &all, &old);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 << 10);
+  libc::attr_set_stack_size(&attr, 64 << 10);
   pthread_t t;
-  int err = pthread_create(&t, &attr, fn, nullptr);
+  int err = libc::thread_create(&t, &attr, fn, nullptr);
   pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  libc::signal_mask(SIG_SETMASK, &old, nullptr);
   // Named from here, so that it has its name by the time anyone can see it.
-  if (!err) pthread_setname_np(t, name);
+  if (!err) libc::set_thread_name(t, name);
   return err;
 }
 

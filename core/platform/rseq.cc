@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sys/syscall.h>
 
+#include "core/platform/libc_calls.h"
 #include "core/platform/mutex.h"
 #include "core/platform/os.h"
 
@@ -75,11 +76,11 @@ RseqMode decide(bool wanted) {
   }
   g_rseq_offset = reinterpret_cast<char*>(&t_area) - thread_pointer();
   if (!register_area()) return RseqMode::kNone;
-  if (pthread_key_create(&exit_key_, on_thread_exit) != 0) {
+  if (libc::key_create(&exit_key_, on_thread_exit) != 0) {
     rseq_unregister_thread();
     return RseqMode::kNone;
   }
-  pthread_setspecific(exit_key_, &t_area);
+  libc::set_specific(exit_key_, &t_area);
   return RseqMode::kOwn;
 }
 
@@ -120,7 +121,7 @@ bool rseq_register_thread() {
   if (t_registration == 1) return true;
   if (t_registration == 2 || !register_area()) return false;
   // May calloc (keys past the first 32); cpu_id is valid by now, so that nests.
-  pthread_setspecific(exit_key_, &t_area);
+  libc::set_specific(exit_key_, &t_area);
   return true;
 }
 

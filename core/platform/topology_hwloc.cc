@@ -16,6 +16,7 @@
 
 #include <cstring>
 
+#include "core/platform/libc_calls.h"
 #include "core/platform/os.h"
 #include "core/platform/topology.h"
 
@@ -44,12 +45,12 @@ struct Hwloc {
 
 template <typename F>
 bool resolve(void* lib, const char* name, F* fn) {
-  *fn = reinterpret_cast<F>(dlsym(lib, name));
+  *fn = reinterpret_cast<F>(libc::dl_sym(lib, name));
   return *fn != nullptr;
 }
 
 bool open_hwloc(Hwloc* h, char* why, size_t cap) {
-  void* lib = dlopen("libhwloc.so.15", RTLD_NOW | RTLD_LOCAL);
+  void* lib = libc::dl_open("libhwloc.so.15", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     os::format(why, cap, "libhwloc.so.15 not found (Debian package libhwloc15)");
     return false;

@@ -5,6 +5,8 @@
 #include <link.h>
 #include <unwind.h>
 
+#include "core/platform/libc_calls.h"
+
 namespace uslab::prof {
 
 namespace {
@@ -72,11 +74,11 @@ void walk_frame_pointers(Stack* out) {
 void stack_init() {
   if (g_ready) return;
   dl_iterate_phdr(find_self, reinterpret_cast<void*>(&stack_init));
-  if (void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL))
-    g_unw_backtrace = reinterpret_cast<UnwBacktraceFn>(dlsym(lib, "unw_backtrace"));
-  if (void* lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL)) {
-    g_backtrace = reinterpret_cast<BacktraceFn>(dlsym(lib, "_Unwind_Backtrace"));
-    g_get_ip = reinterpret_cast<GetIpFn>(dlsym(lib, "_Unwind_GetIP"));
+  if (void* lib = libc::dl_open("libunwind.so.8", RTLD_NOW | RTLD_LOCAL))
+    g_unw_backtrace = reinterpret_cast<UnwBacktraceFn>(libc::dl_sym(lib, "unw_backtrace"));
+  if (void* lib = libc::dl_open("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    g_backtrace = reinterpret_cast<BacktraceFn>(libc::dl_sym(lib, "_Unwind_Backtrace"));
+    g_get_ip = reinterpret_cast<GetIpFn>(libc::dl_sym(lib, "_Unwind_GetIP"));
     if (!g_backtrace || !g_get_ip) g_backtrace = nullptr;
   }
   g_ready = true;

@@ -9,6 +9,15 @@
 #include "bench/proc_self.h"
 #include "test/common/check.h"
 
+#if !__GLIBC_PREREQ(2, 33)
+/* glibc before 2.33 (the Debian 11 root of test/programs/old_glibc.sh) declares no
+ * mallinfo2; uslab exports it whatever the glibc. */
+struct mallinfo2 {
+  size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+};
+struct mallinfo2 mallinfo2(void) __attribute__((weak));  /* resolved in the preload */
+#endif
+
 /* C23; glibc 2.36 lacks them, so they are looked up at run time (uslab's). */
 static void (*free_sized)(void *, size_t);
 static void (*free_aligned_sized)(void *, size_t, size_t);

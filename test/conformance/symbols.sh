@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # test/conformance/symbols.sh LIB — libuslab.so exports the whole malloc family,
 # the __libc_* aliases and all 20 C++ operator new/delete forms, and needs libc alone
-# at load time (no libstdc++, no libgcc_s), and carries its USDT probes.
+# at load time (no libstdc++, no libgcc_s), carries its USDT probes, and binds no
+# glibc symbol at a version newer than GLIBC_2.17 (core/platform/libc_calls.h: built
+# on glibc 2.34+, pthread_create and dlopen would need GLIBC_2.34 and the library
+# would not load on Debian 11, Ubuntu 20.04 or RHEL 8).
 set -u
 lib=$1
 want="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc pvalloc
@@ -32,5 +35,14 @@ for p in sheaf_refill sheaf_drain slab_grow slab_release page_purge large_alloc 
   total=$((total+1))
   grep -qx "$p" <<<"$probes" || { echo "missing USDT probe: $p"; fail=$((fail+1)); }
 done
+# Every glibc version the library's imports name, newest first.
+newest=$(objdump -T "$lib" | awk '/\*UND\*/' | grep -o 'GLIBC_2\.[0-9.]*' | sort -t. -k2,2n -k3,3n -u | tail -1)
+total=$((total+1))
+if [ -z "$newest" ]; then
+  echo "no versioned glibc import found (objdump -T)"; fail=$((fail+1))
+elif [ "$(printf '%s\n' "$newest" GLIBC_2.17 | sort -t. -k2,2n -k3,3n | tail -1)" != GLIBC_2.17 ]; then
+  echo "imports newer than GLIBC_2.17:"; objdump -T "$lib" | awk '/\*UND\*/' | grep -E 'GLIBC_2\.(1[89]|[2-9][0-9])'
+  fail=$((fail+1))
+fi
 echo "symbols: $total checks, $fail failed"
 [ $fail -eq 0 ]
