@@ -844,7 +844,7 @@ void die(const char* message) { os::fatal("uslab: %s\n", message); }
 namespace {
 
 constexpr size_t kForkLocks = 2 * kMaxShards * (kMaxClasses - 1) + 2 * kMaxShards + 6;
-Mutex* g_fork_locks[kForkLocks];
+USLAB_LARGE_ZERO Mutex* g_fork_locks[kForkLocks];
 
 // The locks after the per-CPU ones (which percpu_fork_* take after the registry).
 size_t collect_fork_locks() {

@@ -8,7 +8,7 @@
 
 namespace uslab {
 
-constinit CentralList g_central[kMaxShards][kMaxClasses];
+USLAB_LARGE_ZERO constinit CentralList g_central[kMaxShards][kMaxClasses];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
 

@@ -9,7 +9,7 @@
 
 namespace uslab {
 
-constinit Depot g_depot[kMaxShards][kMaxClasses];
+USLAB_LARGE_ZERO constinit Depot g_depot[kMaxShards][kMaxClasses];
 
 namespace {
 // Per shard: 16 CPUs filling their depots at once queued on one pool's lock.

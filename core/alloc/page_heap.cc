@@ -11,7 +11,7 @@
 
 namespace uslab {
 
-constinit PageHeap g_page_heap[kMaxShards];
+USLAB_LARGE_ZERO constinit PageHeap g_page_heap[kMaxShards];
 constinit MetaPool<Span> g_span_pool;
 
 // A private heap (the unit tests') is no shard's: it neither lends nor borrows.

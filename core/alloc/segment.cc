@@ -8,7 +8,7 @@
 
 namespace uslab {
 
-constinit std::atomic<PageMap::Leaf*> PageMap::root_[size_t{1} << PageMap::kRootBits] = {};
+USLAB_LARGE_ZERO constinit std::atomic<PageMap::Leaf*> PageMap::root_[size_t{1} << PageMap::kRootBits] = {};
 constinit Mutex PageMap::lock_;
 
 static std::atomic<size_t> g_segment_bytes{0};

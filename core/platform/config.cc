@@ -197,7 +197,7 @@ const char* env_lookup(const char* block, size_t len, const char* name) {
 }
 
 // Static storage: the environment block is read once, before any lock is taken.
-char g_env_block[32768];
+USLAB_LARGE_ZERO char g_env_block[32768];
 
 }  // namespace
 
@@ -237,16 +237,21 @@ void config_init() {
   // it writes files (prof_final, prof_prefix) or how it behaves. The linked-in
   // string still applies.
   if (!getauxval(AT_SECURE)) {
-    long len = os::read_file("/proc/self/environ", g_env_block, sizeof g_env_block - 1);
-    if (len > 0) {
-      g_env_block[len] = 0;
-      conf = env_lookup(g_env_block, (size_t)len, "USLAB_CONF");
-      stats = env_lookup(g_env_block, (size_t)len, "USLAB_STATS");
-    } else if (environ) {
-      // No /proc: the initial environment, read before main can call setenv.
+    if (environ) {
+      // libc's environment, set before any constructor runs; this is at the latest
+      // the library's constructor (before main can call setenv), or its dlopen.
       for (char** e = environ; *e; e++) {
         if (strncmp(*e, "USLAB_CONF=", 11) == 0) conf = *e + 11;
         if (strncmp(*e, "USLAB_STATS=", 12) == 0) stats = *e + 12;
+      }
+    } else {
+      // A call before libc has set it up: the process's initial environment (four
+      // system calls that every process would pay at start-up otherwise).
+      long len = os::read_file("/proc/self/environ", g_env_block, sizeof g_env_block - 1);
+      if (len > 0) {
+        g_env_block[len] = 0;
+        conf = env_lookup(g_env_block, (size_t)len, "USLAB_CONF");
+        stats = env_lookup(g_env_block, (size_t)len, "USLAB_STATS");
       }
     }
   }

@@ -20,6 +20,14 @@
 // definitions).
 #define USLAB_HIDDEN __attribute__((visibility("hidden")))
 
+// For the big zero-filled arrays indexed by shard or class (page heaps, central
+// lists, depots, the page map's root), which a process touches a few pages of: in
+// .lbss, after .bss, so that the small globals every process reads and writes at
+// start-up share a few pages instead of being spread over 4 MiB between them (each
+// page an anonymous fault of its own, paid by every process under a system-wide
+// preload).
+#define USLAB_LARGE_ZERO __attribute__((section(".lbss")))
+
 namespace uslab::os {
 
 // Raw syscall; returns -errno on failure, never touches errno.
