@@ -11,23 +11,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0; total=0
 
+. "$here/compare.sh"
+
 # run NAME CMD...: compares CMD's stdout with and without uslab.
 run() {
   local name=$1; shift
   total=$((total+1))
-  (cd "$work" && "$@") >"$work/$name.ref" 2>"$work/$name.referr"
-  local ref_rc=$?
-  (cd "$work" && LD_PRELOAD=$lib USLAB_STATS=1 "$@") >"$work/$name.out" 2>"$work/$name.err"
-  local rc=$?
-  local why=""
-  [ $rc -eq $ref_rc ] || why="exit status $rc, without uslab $ref_rc"
-  cmp -s "$work/$name.ref" "$work/$name.out" || why="$why; output differs"
-  grep -q "^uslab stats" "$work/$name.err" || why="$why; no uslab stats report (not preloaded?)"
-  local slab_bytes
-  slab_bytes=$(awk '/^small: /{print $2; exit}' "$work/$name.err")
-  [ "${slab_bytes:-0}" -gt 0 ] || why="$why; uslab served no allocations"
-  grep -v -e '^uslab stats' -e '^ *[0-9]' -e '^ *class' -e '^small:' -e '^large:' -e '^pages:' \
-    "$work/$name.err" | grep -q 'uslab:' && why="$why; uslab reported an error"
+  compare_run "$name" "$@"
   if [ -n "$why" ]; then
     fail=$((fail+1))
     echo "FAILED $name: ${why#; }"

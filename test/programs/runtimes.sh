@@ -13,22 +13,14 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0; total=0; ran=0
 
+. "$(dirname "$0")/compare.sh"
+
 run() {
   local name=$1; shift
   total=$((total+1)); ran=$((ran+1))
-  (cd "$work" && timeout 600 "$@") >"$work/$name.ref" 2>"$work/$name.referr"
-  local ref_rc=$?
-  (cd "$work" && LD_PRELOAD=$lib USLAB_STATS=1 timeout 600 "$@") >"$work/$name.out" 2>"$work/$name.err"
-  local rc=$? why=""
-  [ $rc -eq $ref_rc ] || why="exit status $rc, without uslab $ref_rc"
+  compare_run "$name" timeout 600 "$@"
   [ $ref_rc -eq 0 ] || why="$why; fails without uslab too"
   [ -s "$work/$name.ref" ] || why="$why; printed nothing"
-  cmp -s "$work/$name.ref" "$work/$name.out" || why="$why; output differs"
-  local slab_bytes
-  slab_bytes=$(awk '/^small: /{print $2; exit}' "$work/$name.err")
-  [ "${slab_bytes:-0}" -gt 0 ] || why="$why; uslab served no allocations (no stats report)"
-  grep -v -e '^uslab stats' -e '^ *[0-9]' -e '^ *class' -e '^small:' -e '^large:' -e '^pages:' \
-    "$work/$name.err" | grep -q 'uslab:' && why="$why; uslab reported an error"
   if [ -n "$why" ]; then
     fail=$((fail+1))
     echo "FAILED $name: ${why#; }"
