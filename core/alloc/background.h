@@ -4,7 +4,8 @@
 // Owns: the thread's life (background_thread=auto|true|false, config.h) and its
 // sleep. With `auto` (the default) it is started lazily, at the first chance after
 // memory waits to be returned beyond kBackgroundStartBytes (a page heap's free
-// dirty pages, a freed huge block kept, or the backlog a decay tick sees): short
+// dirty pages, a freed huge block kept, a shard's free objects in its central
+// lists (central.h), or the backlog a decay tick sees): short
 // programs and programs that never free much get none, and a single-threaded program
 // stays single-threaded until then. `true` starts it in the library's constructor;
 // `false` never. A forked child has none until it too has memory to return.
@@ -70,7 +71,7 @@ inline void background_poke() {
     background_poke_slow();
 }
 // After a free left `resident` bytes waiting in one place (a page heap's dirty pages,
-// the huge cache): wakes a sleeping thread, and wants one past the start mark. Loads
+// the huge cache, a shard's central lists): wakes a sleeping thread, and wants one past the start mark. Loads
 // only, unless one of those is due; may be called with locks held (starts nothing).
 inline void background_note_free(size_t resident) {
   if (__builtin_expect(g_background_poke.load(std::memory_order_relaxed) & kPokeWake, 0))

@@ -4,11 +4,13 @@
 
 #include <cstring>
 
+#include "core/alloc/background.h"
 #include "core/alloc/obj_cache.h"
 
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit CentralList g_central[kMaxShards][kMaxClasses];
+USLAB_LARGE_ZERO constinit ShardFreeBytes g_central_free_bytes[kMaxShards];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
 
@@ -31,6 +33,14 @@ void report_bad_free(const void* p, const char* what, unsigned cls) {
 
 unsigned CentralList::shard() const {
   return static_cast<unsigned>((this - &g_central[0][0]) / kMaxClasses);
+}
+
+void CentralList::add_free(ptrdiff_t d) {
+  __atomic_store_n(&free_objects_, free_objects_ + d, __ATOMIC_RELAXED);
+  const size_t i = static_cast<size_t>(this - &g_central[0][0]);
+  g_central_free_bytes[i / kMaxClasses].bytes.fetch_add(
+      d * static_cast<ptrdiff_t>(class_size(static_cast<unsigned>(i % kMaxClasses))),
+      std::memory_order_relaxed);
 }
 
 // Carve a slab for cls: pages from the page heap, descriptor and page map filled in
@@ -229,6 +239,8 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
     add_free(static_cast<ptrdiff_t>(total));
     total = 0;
     lock_.unlock();
+    background_note_free(static_cast<size_t>(
+        g_central_free_bytes[me].bytes.load(std::memory_order_relaxed)));
   };
   lock_.lock();
   batches_in_++;
