@@ -126,15 +126,17 @@ void push_or_give(unsigned cls, void** buf, size_t n) {
   if (n) depot_give(cls, buf, n);
 }
 
-// The L2 size (1 MiB … 4 MiB), and no more than a 16 MiB share for `cpus` CPUs
+// The L2 size (512 KiB … 4 MiB), and no more than a 16 MiB share for `cpus` CPUs
 // (at least 1 MiB): with 16 CPUs of 2 MiB each, the sheaves of a larson-style
 // server held 1.8x jemalloc's peak RSS; 1 MiB each made it even at the same speed.
-// Below 1 MiB, a program with every class in use thrashes: holding one batch of each
-// of the 52 classes up to 16 KiB takes about 1.4 MiB, and with 512 KiB (an L2 of
-// 512 KiB) rptest stole capacity on 97% of its grows, 1.23x slower than with 1 MiB.
+// A program with every class in use wants more: one batch of each of the 52 classes
+// up to 16 KiB is about 1.4 MiB, and with 512 KiB rptest stole capacity on 97% of
+// its grows (1.2-1.4x the memory ops per CPU second with a 1 MiB floor, 2 CPUs). Not
+// taken: with it, `bench rss` frag came back in 1.4-1.9 s instead of 0.9-1.0 s at
+// decay_ms=1000 in 2 runs of 6 (0 of 6 with 512 KiB).
 size_t default_budget(uint32_t cpus) {
   size_t b = topology_in_use().l2.bytes;
-  if (b < (size_t{1} << 20)) b = size_t{1} << 20;
+  if (b < (size_t{512} << 10)) b = size_t{512} << 10;
   if (b > (size_t{4} << 20)) b = size_t{4} << 20;
   size_t share = (size_t{16} << 20) / cpus;
   if (share < (size_t{1} << 20)) share = size_t{1} << 20;
