@@ -71,8 +71,9 @@ inline void background_poke() {
     background_poke_slow();
 }
 // After a free left `resident` bytes waiting in one place (a page heap's dirty pages,
-// the huge cache, a shard's central lists): wakes a sleeping thread, and wants one past the start mark. Loads
-// only, unless one of those is due; may be called with locks held (starts nothing).
+// the huge cache, a shard's central lists): wakes a sleeping thread, and wants one
+// past the start mark. Loads only, unless one of those is due; may be called with
+// locks held (starts nothing).
 inline void background_note_free(size_t resident) {
   if (__builtin_expect(g_background_poke.load(std::memory_order_relaxed) & kPokeWake, 0))
     background_wake();

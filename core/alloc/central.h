@@ -17,9 +17,11 @@
 // Locking: each CentralList's lock guards its partial list, its spare, the bitmap,
 // free_count and on_partial of every slab of that class, and the counters;
 // free_objects_ is also read without it, by shards deciding whether to borrow
-// (stored atomically; a stale value only skips or tries a list). A class lock is
-// never held while taking another (borrowing drops its own first, then only
-// try_locks). A new slab is carved (descriptor filled, objects of a cache class
+// (stored atomically; a stale value only skips or tries a list). A shard's
+// g_central_free_bytes is added to atomically under each of its class locks and read
+// without any (a stale total only starts the background thread a batch early or
+// late). A class lock is never held while taking another (borrowing drops its own
+// first, then only try_locks). A new slab is carved (descriptor filled, objects of a cache class
 // constructed or poisoned, page map written) outside the lock and then published
 // under it. Empty slabs are handed to their segment's page heap after the class lock
 // is dropped (order: class lock → never the page heap lock).
@@ -110,10 +112,11 @@ extern CentralList g_central[kMaxShards][kMaxClasses];
 // (objects of fresh slabs included). Objects parked in sheaves and depots keep the
 // slabs they share with these from being released, so a big total after a peak is
 // memory waiting to be returned once the decay tick drains the caches: past
-// kBackgroundStartBytes it wants the background thread (background.h). A peak of
-// 25 MB of small objects freed in random order left 24 MB of slabs pinned by 3 MB
-// of cached objects and 1.5 MB free in the page heaps, under the heaps' own mark: a
-// program going idle then kept it all. Updated atomically under a class lock.
+// kBackgroundStartBytes it wants the background thread (background.h). After a
+// 10 MB peak of small objects freed in random order (test/stress/idle_return.c,
+// objects=40000) each page heap held less than the mark free, the rest of the freed
+// slabs pinned by cached objects, and a program going idle kept it all (with a 1 MiB
+// budget, a 25 MB peak left 24 MB pinned by 3 MB of cached objects).
 struct alignas(64) ShardFreeBytes {
   std::atomic<int64_t> bytes{0};
 };
