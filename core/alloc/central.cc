@@ -35,12 +35,14 @@ unsigned CentralList::shard() const {
   return static_cast<unsigned>((this - &g_central[0][0]) / kMaxClasses);
 }
 
+unsigned CentralList::size_class() const {
+  return static_cast<unsigned>((this - &g_central[0][0]) % kMaxClasses);
+}
+
 void CentralList::add_free(ptrdiff_t d) {
   __atomic_store_n(&free_objects_, free_objects_ + d, __ATOMIC_RELAXED);
-  const size_t i = static_cast<size_t>(this - &g_central[0][0]);
-  g_central_free_bytes[i / kMaxClasses].bytes.fetch_add(
-      d * static_cast<ptrdiff_t>(class_size(static_cast<unsigned>(i % kMaxClasses))),
-      std::memory_order_relaxed);
+  g_central_free_bytes[shard()].bytes.fetch_add(
+      d * static_cast<ptrdiff_t>(class_size(size_class())), std::memory_order_relaxed);
 }
 
 // Carve a slab for cls: pages from the page heap, descriptor and page map filled in

@@ -21,9 +21,9 @@
 // g_central_free_bytes is added to atomically under each of its class locks and read
 // without any (a stale total only starts the background thread a batch early or
 // late). A class lock is never held while taking another (borrowing drops its own
-// first, then only try_locks). A new slab is carved (descriptor filled, objects of a cache class
-// constructed or poisoned, page map written) outside the lock and then published
-// under it. Empty slabs are handed to their segment's page heap after the class lock
+// first, then only try_locks). A new slab is carved (descriptor filled, objects of a
+// cache class constructed or poisoned, page map written) outside the lock and then
+// published under it. Empty slabs are handed to their segment's page heap after the class lock
 // is dropped (order: class lock → never the page heap lock).
 //
 // A slab's bitmap is also the double-free detector: freeing an object whose bit is
@@ -94,6 +94,7 @@ class alignas(64) CentralList {
   // Counts d more free objects here, and their bytes in the shard's total.
   void add_free(ptrdiff_t d);
   unsigned shard() const;
+  unsigned size_class() const;
 
   Mutex lock_;
   IntrusiveList<Span> partial_;

@@ -183,15 +183,18 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
   if (!ok) warn(origin, "bad value for key", k, klen);
 }
 
+// The value of an environment entry NAME=value when NAME is `name`, else nullptr.
+const char* env_value(const char* entry, const char* name) {
+  size_t nlen = strlen(name);
+  return strncmp(entry, name, nlen) == 0 && entry[nlen] == '=' ? entry + nlen + 1 : nullptr;
+}
+
 // Finds NAME=value in a NUL-separated environment block.
 const char* env_lookup(const char* block, size_t len, const char* name) {
-  size_t nlen = strlen(name);
   for (size_t i = 0; i < len;) {
     const char* entry = block + i;
-    size_t elen = strnlen(entry, len - i);
-    if (elen > nlen && memcmp(entry, name, nlen) == 0 && entry[nlen] == '=')
-      return entry + nlen + 1;
-    i += elen + 1;
+    if (const char* v = env_value(entry, name)) return v;
+    i += strnlen(entry, len - i) + 1;
   }
   return nullptr;
 }
@@ -241,8 +244,8 @@ void config_init() {
       // libc's environment, set before any constructor runs; this is at the latest
       // the library's constructor (before main can call setenv), or its dlopen.
       for (char** e = environ; *e; e++) {
-        if (strncmp(*e, "USLAB_CONF=", 11) == 0) conf = *e + 11;
-        if (strncmp(*e, "USLAB_STATS=", 12) == 0) stats = *e + 12;
+        if (const char* v = env_value(*e, "USLAB_CONF")) conf = v;
+        if (const char* v = env_value(*e, "USLAB_STATS")) stats = v;
       }
     } else {
       // A call before libc has set it up: the process's initial environment (four

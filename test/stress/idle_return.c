@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
   require_uslab();
   long decay_ms = argc > 1 ? atol(argv[1]) : 400;
   const char *mode = argc > 2 ? argv[2] : "none";
-  int forked = 0, objects = 250000;
+  int forked = 0, objects = kMaxObjects;
   for (int i = 3; i < argc; i++) {
     if (!strcmp(argv[i], "fork")) forked = 1;
     else if (!strncmp(argv[i], "objects=", 8)) objects = atoi(argv[i] + 8);
