@@ -9,13 +9,12 @@
 
 namespace uslab::prof {
 
+int (*g_unw_backtrace)(void**, int) = nullptr;  // libunwind's, with its per-thread frame cache
+
 namespace {
 
 using BacktraceFn = _Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*);
 using GetIpFn = _Unwind_Ptr (*)(_Unwind_Context*);
-using UnwBacktraceFn = int (*)(void**, int);
-
-UnwBacktraceFn g_unw_backtrace = nullptr;  // libunwind's, with its per-thread frame cache
 BacktraceFn g_backtrace = nullptr;
 GetIpFn g_get_ip = nullptr;
 uintptr_t g_self_lo = 0, g_self_hi = 0;  // uslab's executable segment, when a library
@@ -75,7 +74,7 @@ void stack_init() {
   if (g_ready) return;
   dl_iterate_phdr(find_self, reinterpret_cast<void*>(&stack_init));
   if (void* lib = libc::dl_open("libunwind.so.8", RTLD_NOW | RTLD_LOCAL))
-    g_unw_backtrace = reinterpret_cast<UnwBacktraceFn>(libc::dl_sym(lib, "unw_backtrace"));
+    g_unw_backtrace = reinterpret_cast<int (*)(void**, int)>(libc::dl_sym(lib, "unw_backtrace"));
   if (void* lib = libc::dl_open("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL)) {
     g_backtrace = reinterpret_cast<BacktraceFn>(libc::dl_sym(lib, "_Unwind_Backtrace"));
     g_get_ip = reinterpret_cast<GetIpFn>(libc::dl_sym(lib, "_Unwind_GetIP"));
@@ -86,13 +85,14 @@ void stack_init() {
 
 bool stack_in_uslab(uintptr_t pc) { return pc >= g_self_lo && pc < g_self_hi; }
 
-void stack_capture(Stack* out) {
+void stack_keep(Stack* out, void* const* pcs, int n) {
   out->depth = 0;
-  if (g_unw_backtrace) {
-    void* pcs[kMaxFrames + 16];  // room for uslab's own frames
-    int n = g_unw_backtrace(pcs, static_cast<int>(sizeof pcs / sizeof pcs[0]));
-    for (int i = 0; i < n; i++) keep(out, reinterpret_cast<uintptr_t>(pcs[i]));
-  } else if (g_backtrace) {
+  for (int i = 0; i < n; i++) keep(out, reinterpret_cast<uintptr_t>(pcs[i]));
+}
+
+void stack_capture_fallback(Stack* out) {
+  out->depth = 0;
+  if (g_backtrace) {
     Walk w{out, 0};
     g_backtrace(on_frame, &w);
   } else {

@@ -35,10 +35,26 @@ struct Stack {
 // Opens the unwinder and finds uslab's own code (from the library's constructor:
 // dlopen allocates). Idempotent.
 void stack_init();
-// The calling thread's stack, uslab's frames dropped.
-void stack_capture(Stack* out);
 // Whether pc lies in uslab's own code (empty when uslab is linked into the program
 // itself, as in the unit tests: nothing is dropped then).
 bool stack_in_uslab(uintptr_t pc);
+// Return addresses from the innermost, uslab's frames dropped, into out.
+void stack_keep(Stack* out, void* const* pcs, int n);
+// Without libunwind: libgcc's unwinder, or the frame-pointer chain.
+void stack_capture_fallback(Stack* out);
+// libunwind's unw_backtrace, or null (stack_init).
+extern int (*g_unw_backtrace)(void**, int);
+
+// The calling thread's stack, uslab's frames dropped. Inline: every frame of uslab
+// between the sampled allocation and this call costs the unwinder a step (about 90
+// instructions each with libunwind's cache), so the capture adds none of its own.
+[[gnu::always_inline]] inline void stack_capture(Stack* out) {
+  if (g_unw_backtrace) {
+    void* pcs[kMaxFrames + 16];  // room for uslab's own frames
+    stack_keep(out, pcs, g_unw_backtrace(pcs, static_cast<int>(sizeof pcs / sizeof pcs[0])));
+  } else {
+    stack_capture_fallback(out);
+  }
+}
 
 }  // namespace uslab::prof
