@@ -20,9 +20,20 @@ namespace uslab::prof {
 struct Sym {
   uintptr_t lo, hi;  // run-time addresses
   const char* name;
+  unsigned rank;  // among aliases (one start), the highest is the name shown
 };
 
 namespace {
+
+// Which of several names of one address a profile shows: the one a program calls
+// (malloc, not __libc_malloc or a library's hidden alias of it), that is a global
+// name over a local one, then one without a leading underscore, then the shortest.
+unsigned alias_rank(const ElfW(Sym)& sym, const char* name) {
+  unsigned bind = ELF64_ST_BIND(sym.st_info);
+  size_t len = strnlen(name, 4095);
+  return (bind == STB_GLOBAL || bind == STB_WEAK ? 2u << 13 : 0) + (name[0] != '_' ? 1u << 12 : 0) +
+         (4095 - static_cast<unsigned>(len));
+}
 
 void hex(char* out, size_t cap, const unsigned char* bytes, size_t n) {
   static const char kDigits[] = "0123456789abcdef";
@@ -140,9 +151,12 @@ void Symbolizer::load(Mapping& m) {
         syms[i].st_name >= strs.sh_size)
       continue;
     uintptr_t lo = m.bias + syms[i].st_value;
-    m.syms[m.nsyms++] = Sym{lo, lo + (syms[i].st_size ? syms[i].st_size : 1), names + syms[i].st_name};
+    const char* name = names + syms[i].st_name;
+    m.syms[m.nsyms++] = Sym{lo, lo + (syms[i].st_size ? syms[i].st_size : 1), name, alias_rank(syms[i], name)};
   }
-  std::sort(m.syms, m.syms + m.nsyms, [](const Sym& a, const Sym& b) { return a.lo < b.lo; });
+  // By start, aliases by rank: function_of takes the last of a start.
+  std::sort(m.syms, m.syms + m.nsyms,
+            [](const Sym& a, const Sym& b) { return a.lo < b.lo || (a.lo == b.lo && a.rank < b.rank); });
 }
 
 const char* Symbolizer::function_of(uintptr_t pc) {
@@ -151,7 +165,7 @@ const char* Symbolizer::function_of(uintptr_t pc) {
   Mapping& m = maps_[i];
   if (!m.loaded) load(m);
   if (!m.nsyms) return nullptr;
-  // The last symbol starting at or below pc; aliases share a start, any will do.
+  // The last symbol starting at or below pc: of aliases, the best ranked.
   Sym* end = m.syms + m.nsyms;
   Sym* s = std::upper_bound(m.syms, end, pc, [](uintptr_t v, const Sym& x) { return v < x.lo; });
   if (s == m.syms) return nullptr;
