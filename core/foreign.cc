@@ -46,7 +46,7 @@ bool looks_like_glibc(const void* p) {
 
 }  // namespace
 
-void set_hooks(const Hooks& hooks, const void* initial_break) {
+USLAB_STARTUP_TEXT void set_hooks(const Hooks& hooks, const void* initial_break) {
   g_hooks = hooks;
   g_initial_break = reinterpret_cast<uintptr_t>(initial_break);
 }

@@ -743,8 +743,8 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
 void topology_print(void (*write)(void*, const char*), void* opaque) {
   // Two records of 4 KiB each: static, behind a lock, rather than on the caller's stack.
   static constinit Mutex lock;
-  static Topology probe, hw;
-  static char text[8192];
+  USLAB_LARGE_ZERO static Topology probe, hw;
+  USLAB_LARGE_ZERO static char text[8192];
   LockGuard g(lock);
   auto out = [&](const char* fmt, auto... args) {
     os::format(text, sizeof text, fmt, args...);
@@ -812,7 +812,7 @@ void stats_print_stderr() {
   }, nullptr);
 }
 
-void init() {
+USLAB_STARTUP_TEXT void init() {
   config_init();
   // hwloc allocates: only from here, the constructor, never inside an allocation.
   if (topology_adopt_hwloc()) percpu_nodes_changed();
@@ -824,7 +824,7 @@ void init() {
   prof::init();
 }
 
-bool stats_at_exit() {
+USLAB_STARTUP_TEXT bool stats_at_exit() {
   config_init();
   return g_config.stats_at_exit;
 }

@@ -17,8 +17,22 @@
 
 #include "core/heap.h"
 #include "core/platform/libc_calls.h"
+#include "preload/export.h"
+
+// What pthread_atfork is: glibc's libc_nonshared.a stub passes the calling object's
+// __dso_handle to this (GLIBC_2.3.2, in libc.so.6 on every glibc). Called directly,
+// as libuslab.so is linked without the C runtime's start files that define
+// __dso_handle (meson.build). The handle only matters to __cxa_finalize when an
+// object is unloaded, and libuslab.so never is (-z nodelete): none is passed.
+extern "C" int __register_atfork(void (*prepare)(), void (*parent)(), void (*child)(), void* dso);
 
 namespace {
+
+// The strings every process's constructor reads (the variable's name, the symbols
+// dlsym finds), in .data, not .rodata (os.h's USLAB_STARTUP_STRING).
+USLAB_STARTUP_STRING(kNoChildren, "USLAB_NO_CHILDREN");
+USLAB_STARTUP_STRING(kFree, "free");
+USLAB_STARTUP_STRING(kUsableSize, "malloc_usable_size");
 
 // With USLAB_NO_CHILDREN set (uslab run --no-children), the entries naming
 // libuslab are cut out of LD_PRELOAD in place (the variable is removed when nothing
@@ -26,8 +40,8 @@ namespace {
 // programs it starts do not. In place and with unsetenv, which allocate nothing,
 // before any thread can read the environment.
 void drop_preload_for_children() {
-  if (!getenv("USLAB_NO_CHILDREN")) return;
-  unsetenv("USLAB_NO_CHILDREN");
+  if (!getenv(kNoChildren)) return;
+  unsetenv(kNoChildren);
   char* list = getenv("LD_PRELOAD");
   if (!list) return;
   char* out = list;
@@ -57,9 +71,9 @@ void drop_preload_for_children() {
 void find_glibc_malloc() {
   using FreeFn = void (*)(void*);
   using UsableFn = size_t (*)(void*);
-  auto glibc_free = reinterpret_cast<FreeFn>(uslab::libc::dl_sym(RTLD_NEXT, "free"));
-  auto glibc_usable = reinterpret_cast<UsableFn>(uslab::libc::dl_sym(RTLD_NEXT, "malloc_usable_size"));
-  if (glibc_free == &free || glibc_usable == &malloc_usable_size) return;  // ours, linked in
+  auto glibc_free = reinterpret_cast<FreeFn>(uslab::libc::dl_sym(RTLD_NEXT, kFree));
+  auto glibc_usable = reinterpret_cast<UsableFn>(uslab::libc::dl_sym(RTLD_NEXT, kUsableSize));
+  if (glibc_free == uslab_own_free || glibc_usable == uslab_own_usable_size) return;  // ours, linked in
   uslab::foreign::set_hooks({glibc_free, glibc_usable},
                             reinterpret_cast<const void*>(syscall(SYS_brk, 0)));
 }
@@ -68,7 +82,7 @@ __attribute__((constructor(101))) void uslab_process_init() {
   drop_preload_for_children();
   find_glibc_malloc();
   uslab::heap::init();
-  pthread_atfork(uslab::heap::fork_prepare, uslab::heap::fork_parent, uslab::heap::fork_child);
+  __register_atfork(uslab::heap::fork_prepare, uslab::heap::fork_parent, uslab::heap::fork_child, nullptr);
 }
 
 __attribute__((destructor(101))) void uslab_process_fini() {

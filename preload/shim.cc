@@ -57,7 +57,7 @@ USLAB_EXPORT void* realloc(void* p, size_t size) {
 USLAB_EXPORT void* reallocarray(void* p, size_t n, size_t size) {
   size_t total;
   if (__builtin_mul_overflow(n, size, &total)) return heap::fail_nomem();
-  return realloc(p, total);
+  return uslab_own_realloc(p, total);
 }
 
 USLAB_EXPORT int posix_memalign(void** out, size_t align, size_t size) {
@@ -96,6 +96,10 @@ USLAB_EXPORT void* pvalloc(size_t size) {
 }
 
 USLAB_EXPORT size_t malloc_usable_size(void* p) { return p ? heap::usable_size(p) : 0; }
+
+void* uslab_own_realloc(void*, size_t) __attribute__((alias("realloc"), copy(realloc), visibility("hidden")));
+void uslab_own_free(void*) __attribute__((alias("free"), copy(free), visibility("hidden")));
+size_t uslab_own_usable_size(void*) __attribute__((alias("malloc_usable_size"), copy(malloc_usable_size), visibility("hidden")));
 
 // glibc-internal names.
 USLAB_EXPORT void* __libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));

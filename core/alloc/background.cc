@@ -110,7 +110,7 @@ void try_start() {
 
 }  // namespace
 
-void background_init() {
+USLAB_STARTUP_TEXT void background_init() {
   config_init();
   os::helper_thread_init();
   if (g_config.background_thread != Config::Background::kOn) return;

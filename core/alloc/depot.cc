@@ -13,7 +13,7 @@ USLAB_LARGE_ZERO constinit Depot g_depot[kMaxShards][kMaxClasses];
 
 namespace {
 // Per shard: 16 CPUs filling their depots at once queued on one pool's lock.
-constinit MetaPool<Sheaf> sheaf_pool_[kMaxShards];
+USLAB_LARGE_ZERO constinit MetaPool<Sheaf> sheaf_pool_[kMaxShards];
 }  // namespace
 
 unsigned Depot::shard() const {

@@ -12,8 +12,8 @@ namespace {
 
 constinit Mutex registry_lock_;
 // One record per cache class; a class's record is reused with the class.
-constinit ObjCache records_[kMaxClasses] = {};
-constinit ObjCache* registry_[kMaxClasses] = {};
+USLAB_LARGE_ZERO constinit ObjCache records_[kMaxClasses] = {};
+USLAB_LARGE_ZERO constinit ObjCache* registry_[kMaxClasses] = {};
 
 bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 

@@ -28,7 +28,7 @@ namespace percpu_internal {
 
 CpuMeta* meta_ = nullptr;
 size_t budget_ = 0;
-constinit std::atomic<uint64_t> cpu_prepared_[kMaxCpus / 64] = {};
+USLAB_LARGE_ZERO constinit std::atomic<uint64_t> cpu_prepared_[kMaxCpus / 64] = {};
 
 // Backs CPU c's CpuMeta and its shard's metadata with writable pages at the CPU's
 // first miss, before they are read (first_touch.h: a read first maps the zero page,

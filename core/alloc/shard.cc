@@ -7,7 +7,7 @@
 
 namespace uslab {
 
-constinit uint8_t g_cpu_shard[kTopoMaxCpus];
+USLAB_LARGE_ZERO constinit uint8_t g_cpu_shard[kTopoMaxCpus];
 constinit uint8_t g_shard_node[kMaxShards];
 constinit uint32_t g_cpu_shard_span = 0;
 
@@ -20,8 +20,8 @@ constinit std::atomic<uint32_t> nodes_{1};
 constinit std::atomic<uint32_t> next_thread_{0};
 constinit std::atomic<bool> bind_{false};
 constinit std::atomic<bool> caches_known_{false};  // topo_'s cache sizes filled
-constinit std::atomic<uint64_t> remote_frees_[kTopoMaxNodes];
-Topology topo_;  // zero-initialised; written under map_lock_
+USLAB_LARGE_ZERO constinit std::atomic<uint64_t> remote_frees_[kTopoMaxNodes];
+USLAB_LARGE_ZERO Topology topo_;  // zero-initialised; written under map_lock_
 uint8_t node_first_[kTopoMaxNodes];   // the node's first shard
 uint8_t node_shards_[kTopoMaxNodes];  // and how many it has (0: no CPUs)
 
@@ -154,7 +154,7 @@ void topology_adopt(const Topology& t) {
   build();
 }
 
-bool topology_adopt_hwloc() {
+USLAB_STARTUP_TEXT bool topology_adopt_hwloc() {
   config_init();
   if (g_config.topology == TopologySource::kProbe) return false;
   // auto: hwloc only with several nodes. When nothing has been allocated yet (the
@@ -163,7 +163,7 @@ bool topology_adopt_hwloc() {
   if (g_config.topology == TopologySource::kAuto &&
       (count_.load(std::memory_order_acquire) ? node_count() : os::allowed_nodes()) <= 1)
     return false;
-  static Topology t;  // 4 KiB: not on the constructor's stack
+  USLAB_LARGE_ZERO static Topology t;  // 4 KiB: not on the constructor's stack
   char why[160];
   if (!topology_hwloc(&t, why, sizeof why)) {
     if (g_config.topology == TopologySource::kHwloc)

@@ -17,7 +17,7 @@ namespace uslab {
 
 __thread ThreadCache* t_cache __attribute__((tls_model("initial-exec"))) = &g_empty_cache;
 __thread uint8_t t_state __attribute__((tls_model("initial-exec"))) = kThreadFresh;
-constinit ThreadCache g_empty_cache = {};
+USLAB_LARGE_ZERO constinit ThreadCache g_empty_cache = {};
 
 namespace {
 
@@ -57,7 +57,7 @@ void flush_bin(CacheBin& b, unsigned cls, uint32_t n, unsigned shard) {
 }
 
 // Hits banked by the bins' carries and by caches released (relaxed: statistics).
-std::atomic<uint64_t> banked_hits_[kMaxClasses];
+USLAB_LARGE_ZERO std::atomic<uint64_t> banked_hits_[kMaxClasses];
 
 void flush_all(ThreadCache* tc) {
   for (unsigned c = 1; c < kMaxClasses; c++) flush_bin(tc->bins[c], c, tc->bins[c].count, tc->shard);

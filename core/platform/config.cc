@@ -199,6 +199,10 @@ const char* env_lookup(const char* block, size_t len, const char* name) {
   return nullptr;
 }
 
+// The names every process looks for (os.h's USLAB_STARTUP_STRING).
+USLAB_STARTUP_STRING(kConfName, "USLAB_CONF");
+USLAB_STARTUP_STRING(kStatsName, "USLAB_STATS");
+
 // Static storage: the environment block is read once, before any lock is taken.
 USLAB_LARGE_ZERO char g_env_block[32768];
 
@@ -221,7 +225,7 @@ void config_parse(Config& cfg, const char* text, const char* origin) {
   }
 }
 
-void config_init() {
+USLAB_STARTUP_TEXT void config_init() {
   static constinit std::atomic<int> state{0};  // 0 not started, 1 parsing, 2 done
   if (state.load(std::memory_order_acquire) == 2) return;
   int expected = 0;
@@ -229,7 +233,10 @@ void config_init() {
     while (state.load(std::memory_order_acquire) != 2) os::cpu_relax();
     return;
   }
-  Config cfg;
+  // The defaults, from g_config (constinit, in .data; written only at the end here):
+  // `Config cfg;` would copy them from a template in .rodata, a page fault of its
+  // own in a process that allocates nothing (USLAB_STARTUP_STRING, os.h).
+  Config cfg = g_config;
   if (&uslab_malloc_conf != nullptr && uslab_malloc_conf)
     config_parse(cfg, uslab_malloc_conf, "uslab_malloc_conf");
 
@@ -244,8 +251,8 @@ void config_init() {
       // libc's environment, set before any constructor runs; this is at the latest
       // the library's constructor (before main can call setenv), or its dlopen.
       for (char** e = environ; *e; e++) {
-        if (const char* v = env_value(*e, "USLAB_CONF")) conf = v;
-        if (const char* v = env_value(*e, "USLAB_STATS")) stats = v;
+        if (const char* v = env_value(*e, kConfName)) conf = v;
+        if (const char* v = env_value(*e, kStatsName)) stats = v;
       }
     } else {
       // A call before libc has set it up: the process's initial environment (four

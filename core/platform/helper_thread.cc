@@ -42,12 +42,17 @@ bool is_libc_object(const dl_phdr_info* info) {
   const char* name = info->dlpi_name ? info->dlpi_name : "";
   const char* base = strrchr(name, '/');
   base = base ? base + 1 : name;
-  return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libpthread.so", 13) == 0 ||
-         strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "ld64.so", 7) == 0 ||
-         strncmp(base, "ld.so", 5) == 0;
+  // Every process runs this at start-up (USLAB_STARTUP_STRING, os.h).
+  static USLAB_STARTUP_STRING(kLibc, "libc.so");
+  static USLAB_STARTUP_STRING(kLibpthread, "libpthread.so");
+  static USLAB_STARTUP_STRING(kLdLinux, "ld-linux");
+  static USLAB_STARTUP_STRING(kLd64, "ld64.so");
+  static USLAB_STARTUP_STRING(kLdSo, "ld.so");
+  return strncmp(base, kLibc, 7) == 0 || strncmp(base, kLibpthread, 13) == 0 ||
+         strncmp(base, kLdLinux, 8) == 0 || strncmp(base, kLd64, 7) == 0 || strncmp(base, kLdSo, 5) == 0;
 }
 
-int record_object(dl_phdr_info* info, size_t, void*) {
+USLAB_STARTUP_TEXT int record_object(dl_phdr_info* info, size_t, void*) {
   uintptr_t me = reinterpret_cast<uintptr_t>(&record_object);
   Range text[kMaxRanges];
   unsigned n = 0;
@@ -99,7 +104,7 @@ bool seccomp_filtered() {
 
 }  // namespace
 
-void helper_thread_init() {
+USLAB_STARTUP_TEXT void helper_thread_init() {
   if (ready_) return;
   dl_iterate_phdr(record_object, nullptr);
   ready_ = nself_ > 0;

@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 
+#include "core/platform/os.h"
+
 #if USLAB_OLDEST_GLIBC_VERSIONS
 // The versions each function first had (glibc 2.34+ keeps them as compatibility
 // symbols of libc.so.6): x86-64's first glibc was 2.2.5, aarch64's 2.17.
@@ -77,7 +79,7 @@ void* dl_open(const char* file, int mode) {
   return USLAB_PRESENT(dlopen) ? dlopen(file, mode) : nullptr;
 }
 
-void* dl_sym(void* handle, const char* name) {
+USLAB_STARTUP_TEXT void* dl_sym(void* handle, const char* name) {
   return USLAB_PRESENT(dlsym) ? dlsym(handle, name) : nullptr;
 }
 

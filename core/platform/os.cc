@@ -259,7 +259,7 @@ bool bind_node(void* p, size_t bytes, unsigned node) {
                   (long)(sizeof mask * 8 + 1), 0) == 0;
 }
 
-unsigned allowed_nodes() {
+USLAB_STARTUP_TEXT unsigned allowed_nodes() {
   constexpr long kMemsAllowed = 4;  // MPOL_F_MEMS_ALLOWED
   unsigned long mask[16] = {};      // 1024 nodes, the kernel's largest MAX_NUMNODES
   if (syscall6(SYS_get_mempolicy, 0, (long)mask, (long)(sizeof mask * 8), 0, kMemsAllowed) != 0)

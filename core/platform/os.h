@@ -28,6 +28,19 @@
 // preload).
 #define USLAB_LARGE_ZERO __attribute__((section(".lbss")))
 
+// For the functions every process runs at start-up and exit (the constructor's
+// callees, the exit report's and profile's tests): in .text.startup, which the linker
+// puts at the start of the text beside the constructor and destructor. A read fault
+// maps a file's pages around it 64 KiB at a time, so a process that allocates
+// nothing (/bin/true under a system-wide preload) faults one window of the text in,
+// not two (bench/RESULTS.md, session 17).
+#define USLAB_STARTUP_TEXT __attribute__((section(".text.startup")))
+// For the strings that start-up reads (environment variable names, the symbols the
+// constructor asks dlsym for): in .data, whose pages ld.so has written by then
+// (relocations), not in .rodata, a window of its own that a process allocating
+// nothing would otherwise fault in for a few names.
+#define USLAB_STARTUP_STRING(name, text) char name[] = text
+
 namespace uslab::os {
 
 // Raw syscall; returns -errno on failure, never touches errno.

@@ -193,7 +193,7 @@ double inverse_probability(size_t size) {
     uint64_t mean;
     double inverse;
   };
-  static Entry cache[64];
+  USLAB_LARGE_ZERO static Entry cache[64];
   Entry& e = cache[(size >> 3) % 64];
   if (e.size != size || e.mean != g_sample_bytes) e = Entry{size, g_sample_bytes, 1 / sample_probability(size)};
   return e.inverse;
@@ -376,7 +376,7 @@ void on_signal(int) { g_signal_pending = 1; }
 
 }  // namespace
 
-void init() {
+USLAB_STARTUP_TEXT void init() {
   config_init();
   if (!g_config.prof || g_enabled) return;
   stack_init();
@@ -447,7 +447,7 @@ int dump(const char* path) {
   return write_now(buf, 0);
 }
 
-void at_exit() {
+USLAB_STARTUP_TEXT void at_exit() {
   if (!g_enabled || !g_config.prof_final) return;
   dump_kind("final", 0);
   dump_kind("peak", 1);
