@@ -31,7 +31,7 @@ namespace {
 unsigned alias_rank(const ElfW(Sym)& sym, const char* name) {
   unsigned bind = ELF64_ST_BIND(sym.st_info);
   size_t len = strnlen(name, 4095);
-  return (bind == STB_GLOBAL || bind == STB_WEAK ? 2u << 13 : 0) + (name[0] != '_' ? 1u << 12 : 0) +
+  return (bind == STB_GLOBAL || bind == STB_WEAK ? 1u << 13 : 0) + (name[0] != '_' ? 1u << 12 : 0) +
          (4095 - static_cast<unsigned>(len));
 }
 
