@@ -1,5 +1,6 @@
-// preload/export.h — marks the symbols libuslab.so exports; everything else is
-// built with -fvisibility=hidden so internal calls bind locally.
+// preload/export.h — marks the symbols libuslab.so exports (everything else is
+// built with -fvisibility=hidden so internal calls bind locally), and names the
+// hidden aliases of its own entry points that the library calls itself.
 #pragma once
 
 #define USLAB_EXPORT __attribute__((visibility("default")))

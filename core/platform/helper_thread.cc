@@ -48,8 +48,10 @@ bool is_libc_object(const dl_phdr_info* info) {
   static USLAB_STARTUP_STRING(kLdLinux, "ld-linux");
   static USLAB_STARTUP_STRING(kLd64, "ld64.so");
   static USLAB_STARTUP_STRING(kLdSo, "ld.so");
-  return strncmp(base, kLibc, 7) == 0 || strncmp(base, kLibpthread, 13) == 0 ||
-         strncmp(base, kLdLinux, 8) == 0 || strncmp(base, kLd64, 7) == 0 || strncmp(base, kLdSo, 5) == 0;
+  auto starts = [base](const char* prefix, size_t n) { return strncmp(base, prefix, n) == 0; };
+  return starts(kLibc, sizeof kLibc - 1) || starts(kLibpthread, sizeof kLibpthread - 1) ||
+         starts(kLdLinux, sizeof kLdLinux - 1) || starts(kLd64, sizeof kLd64 - 1) ||
+         starts(kLdSo, sizeof kLdSo - 1);
 }
 
 USLAB_STARTUP_TEXT int record_object(dl_phdr_info* info, size_t, void*) {

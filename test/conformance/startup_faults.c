@@ -29,6 +29,12 @@ static long fewest_faults(const char *lib, char **argv) {
   size_t n = 0;
   while (environ[n]) n++;
   char **env = calloc(n + 2, sizeof *env), *entry = malloc(strlen(lib) + 12);
+  if (!env || !entry) {
+    fprintf(stderr, "startup_faults: out of memory\n");
+    free(env);
+    free(entry);
+    return -1;
+  }
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0) env[k++] = environ[i];
