@@ -15,16 +15,15 @@
  * usage: churn [THREADS] [SECONDS] [signals]
  * Prints a report line: operations, threads, failures (must be 0). */
 #include <pthread.h>
-#include <signal.h>
-#include <sys/time.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "test/common/check.h"
+#include "test/common/signal_storm.h"
 
 enum { kSlots = 256, kMaxSize = 50000 };
-static atomic_int stop;
+static atomic_int stop, storm;
 static atomic_ulong ops, failures, signals;
 
 static void on_alarm(int sig) {
@@ -54,6 +53,7 @@ static int intact(const struct slot *s) {
 
 static void *worker(void *arg) {
   uint64_t r = (uintptr_t)arg;
+  if (storm) storm_worker();
   struct slot slots[kSlots] = {{0}};
   unsigned long n = 0;
   while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
@@ -87,22 +87,17 @@ int main(int argc, char **argv) {
   double seconds = argc > 2 ? atof(argv[2]) : 3;
   pthread_t t[64];
   if (nthreads < 1 || nthreads > 64) return 2;
-  if (argc > 3 && strcmp(argv[3], "signals") == 0) {
-    struct sigaction sa = {.sa_handler = on_alarm, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    CHECK(sigaction(SIGALRM, &sa, NULL) == 0);
-    struct itimerval it = {{0, 50}, {0, 50}};
-    CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
-  }
+  storm = argc > 3 && strcmp(argv[3], "signals") == 0;
+  if (storm) storm_start(on_alarm, 50);
   for (int i = 0; i < nthreads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1));
   struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0) { /* interrupted by SIGALRM: sleep the rest */
+  while (nanosleep(&ts, &ts) != 0) { /* interrupted by another signal: sleep the rest */
   }
   atomic_store(&stop, 1);
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
+  if (storm) storm_stop();
   for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
   CHECK(atomic_load(&failures) == 0);
+  if (storm) CHECK(atomic_load(&signals) > 0); /* the workers took them */
   printf("churn: %lu operations, %d threads, %.1f s, %lu signals, %lu failures\n",
          atomic_load(&ops), nthreads, seconds, atomic_load(&signals), atomic_load(&failures));
   return check_done("churn");

@@ -467,9 +467,14 @@ static void test_misuse(void) {
 /* ---- background ------------------------------------------------------------------ */
 
 static void test_background(void) {
+  /* This thread's section keeps every one of them pending until it ends, so the wait
+   * below is the background thread's work: without it, a tick of the thread between
+   * the frees and the count (a busy 16-CPU machine) could already have freed them all. */
+  uslab_read_lock();
   for (int i = 0; i < 3000; i++) uslab_free_deferred(malloc(16 + i % 256));
   size_t after = stats().deferred_objects;
-  CHECK(after > 0);  /* blocks wait for a few more before a poll; the sheaf is open */
+  uslab_read_unlock();
+  CHECK(after == 3000);
   double deadline = now_s() + 5;
   while (stats().deferred_objects != 0 && now_s() < deadline) usleep(20000);
   size_t left = stats().deferred_objects;

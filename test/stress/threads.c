@@ -21,10 +21,11 @@
 
 #include "include/uslab.h"
 #include "test/common/check.h"
+#include "test/common/signal_storm.h"
 
 #define TRANSFERS 1000
 
-static int nthreads = 8, rounds = 10, scale = 50, migrate;
+static int nthreads = 8, rounds = 10, scale = 50, migrate, storm;
 static cpu_set_t allowed;
 static int allowed_count;
 static atomic_ulong migrations;
@@ -161,6 +162,7 @@ static void move_to_random_cpu(uint64_t *r) {
 
 static void *worker(void *arg) {
   uint64_t r = (uintptr_t)arg * 7919 + 1;
+  if (storm) storm_worker();
   size_t steps = 100 * (size_t)scale * ((uintptr_t)arg % 8 + 1);
   size_t cap = 1000, n = 0;
   uint64_t **mine = malloc(cap * sizeof *mine);
@@ -216,7 +218,6 @@ int main(int argc, char **argv) {
   if (argc > 1) nthreads = atoi(argv[1]);
   if (argc > 2) rounds = atoi(argv[2]);
   if (argc > 3) scale = atoi(argv[3]);
-  int storm = 0;
   for (int i = 4; i < argc; i++) {
     if (!strcmp(argv[i], "signals")) storm = 1;
     else if (!strcmp(argv[i], "migrate")) migrate = 1;
@@ -227,14 +228,7 @@ int main(int argc, char **argv) {
   }
   CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
   allowed_count = CPU_COUNT(&allowed);
-  if (storm) {
-    struct sigaction sa = {0};
-    sa.sa_handler = on_alarm;
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGALRM, &sa, NULL);
-    struct itimerval it = {{0, 200}, {0, 200}};
-    setitimer(ITIMER_REAL, &it, NULL);
-  }
+  if (storm) storm_start(on_alarm, 200);
   cache = uslab_cache_create("stress", kCacheWords * 8, 0, 0, NULL);
   CHECK(cache != NULL);
   pthread_t *ts = malloc(sizeof *ts * (size_t)nthreads);
@@ -251,9 +245,8 @@ int main(int argc, char **argv) {
   CHECK(uslab_stats_get(&st, sizeof st) == 0 && st.deferred_objects == 0);
   uslab_cache_destroy(cache);  /* every object came back: no report */
   if (storm) {
-    struct itimerval off = {{0, 0}, {0, 0}};
-    setitimer(ITIMER_REAL, &off, NULL);
-    CHECK(atomic_load(&signals_seen) > 0);
+    storm_stop();
+    CHECK(atomic_load(&signals_seen) > 0); /* all taken by workers: main blocks them */
   }
   free(ts);
   if (migrate) CHECK(atomic_load(&migrations) > 0);
