@@ -16,6 +16,8 @@ namespace {
 constinit Mutex decide_lock_;
 MemoryLimit limit_{};
 constinit std::atomic<uint64_t> last_release_ms_{0}, releases_{0}, refusals_{0};
+// The heap's resident estimate after the last release (0: below the limit since).
+constinit std::atomic<size_t> resident_at_release_{0};
 
 // Decides the limit (decide_lock_ held): the option's, or the cgroup's share.
 void decide_locked() {
@@ -64,16 +66,28 @@ void limit_decide_slow(size_t mapped) {
 }
 
 bool limit_admit_slow(size_t bytes) {
-  if (heap_resident_estimate() + bytes <= limit_.bytes) return true;
-  // Past the limit: everything cached and every free page back now. Soft, at most once
-  // a tick (a program whose own memory is past it would pay a release per slab).
+  size_t resident = heap_resident_estimate();
+  if (resident + bytes <= limit_.bytes) {
+    if (resident_at_release_.load(std::memory_order_relaxed))
+      resident_at_release_.store(0, std::memory_order_relaxed);
+    return true;
+  }
+  // Past the limit: everything cached and every free page back now. Again once a tick
+  // has passed, or the heap has grown by a sixteenth of the limit since the last
+  // release: a program whose own memory is past the limit pays one release per
+  // sixteenth it grows, not one per slab, and one that frees and refills fast (a cache
+  // flushed, then filled with other sizes) gets its freed memory back before the
+  // kernel's limit is reached, not a tick later.
   uint64_t now = os::now_ms(), last = last_release_ms_.load(std::memory_order_relaxed);
-  if (limit_.hard || now - last >= decay_tick_ms()) {
+  size_t base = resident_at_release_.load(std::memory_order_relaxed);
+  if (limit_.hard || !base || now - last >= decay_tick_ms() || resident >= base + limit_.bytes / 16) {
     last_release_ms_.store(now, std::memory_order_relaxed);
     releases_.fetch_add(1, std::memory_order_relaxed);
     decay_release_all();
+    resident = heap_resident_estimate();
+    resident_at_release_.store(resident ? resident : 1, std::memory_order_relaxed);
   }
-  if (!limit_.hard || heap_resident_estimate() + bytes <= limit_.bytes) return true;
+  if (!limit_.hard || resident + bytes <= limit_.bytes) return true;
   refusals_.fetch_add(1, std::memory_order_relaxed);
   return false;
 }

@@ -5,18 +5,20 @@
 // or, when none is given, 90% of the control group's limit (cgroup.h: v2 memory.high
 // or memory.max, v1 memory.limit_in_bytes, the lowest along the cgroup's ancestors),
 // read once, the first time the heap maps kLimitDecideBytes (segment.cc tells it; a
-// program below that reads no file); the heap's resident estimate it is checked against (segments
+// program below that reads no file: python3 -c pass maps one 4 MiB segment); the heap's resident estimate it is checked against (segments
 // mapped, less their free pages that are not resident, plus metadata); and what
 // happens near it. Before the heap takes more memory (a page heap's span for a slab
 // or a large object, a huge block), limit_admit compares the estimate with the limit:
 // past it, the caches are emptied and every free page goes back at once, not after
-// decay_ms (at most once per decay tick while the program's own memory stays past
-// it); with memory_limit_hard=true an allocation that would still pass it fails
+// decay_ms (again once a decay tick has passed or the heap has grown by a sixteenth of
+// the limit, while the program's own memory stays past it); with memory_limit_hard=true an allocation that would still pass it fails
 // (ENOMEM; operator new throws) instead of waking the OOM killer.
 //
 // Locking: the decision is made once, under its own lock; the limit is read-only
 // after. limit_admit takes no lock of its own besides that and is called with none of
-// the heap's held: the release takes them all, one at a time.
+// the heap's held: the release takes them all, one at a time. When the last release
+// happened and the estimate after it are relaxed atomics: two threads may both
+// release, which costs time, not correctness.
 #pragma once
 
 #include <atomic>
@@ -26,7 +28,7 @@
 namespace uslab {
 
 // The heap maps this much before a cgroup's limit is looked for.
-constexpr size_t kLimitDecideBytes = size_t{64} << 20;
+constexpr size_t kLimitDecideBytes = size_t{16} << 20;
 // The share of a cgroup's limit taken as the soft limit.
 constexpr unsigned kCgroupLimitPercent = 90;
 
