@@ -77,12 +77,13 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   Span* desc;
   bool fresh = true;
   const bool reusable = align <= kPageSize && !g_config.guard;  // kept blocks' layout
-  Segment* cached = reusable ? huge_cache_take(npages << kPageShift) : nullptr;
+  const unsigned shard = current_shard();
+  Segment* cached = reusable ? huge_cache_take(npages << kPageShift, shard) : nullptr;
   if (!cached && reusable) {
     // None fits: the largest kept block grows into this one (a vector that doubles
     // kept every smaller block it left resident beside the new one: 200 MiB grown
     // in 4 KiB steps peaked at 331 MB, glibc 265).
-    if (Segment* old = huge_cache_take_largest()) {
+    if (Segment* old = huge_cache_take_largest(shard)) {
       cached = resize_huge_admitted(old, npages << kPageShift, true);
       if (!cached) huge_segment_destroy(old);
     }
@@ -98,7 +99,8 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
       g_span_pool.free(desc);
       return os::fail_nomem();
     }
-    bind_to_shard_node(desc->start, desc->bytes(), current_shard());
+    desc->segment->heap = shard;
+    bind_to_shard_node(desc->start, desc->bytes(), shard);
   }
   g_huge_count.fetch_add(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
@@ -782,10 +784,12 @@ void topology_print(void (*write)(void*, const char*), void* opaque) {
     unsigned first, count = shards_of_node(n, &first);
     if (count) out(" node %u: %u (from %u)%s", n, count, first, n + 1 < t.nodes ? ";" : "");
   }
+  NodeBinding b = node_binding();
   out("\n  memory bound to nodes: %s\n",
-      t.nodes > 1 && !t.synthetic ? "yes (mbind, preferred)"
-      : t.synthetic               ? "no (synthetic nodes)"
-                                  : "no (one node)");
+      b == NodeBinding::kBound        ? "yes (mbind, preferred)"
+      : b == NodeBinding::kSynthetic  ? "no (synthetic nodes)"
+      : b == NodeBinding::kTaskPolicy ? "no (the process has a memory policy: the kernel applies it)"
+                                      : "no (one node)");
   if (g_percpu) {
     PerCpuStats pc = percpu_stats();
     out("  mode: %s; sheaves for CPU ids below %u; %zu bytes of sheaf capacity per CPU\n",

@@ -34,12 +34,14 @@ void huge_segment_destroy(Segment* seg) {
   g_span_pool.free(s);
 }
 
-Segment* huge_cache_take(size_t obj_bytes) {
+Segment* huge_cache_take(size_t obj_bytes, unsigned shard) {
   LockGuard g(lock_);
   size_t best = count_;
   for (size_t i = 0; i < count_; i++) {
     size_t cap = capacity(entries_[i].seg);
-    if (cap >= obj_bytes && (best == count_ || cap < capacity(entries_[best].seg))) best = i;
+    if (cap >= obj_bytes && same_memory_node(entries_[i].seg->heap, shard) &&
+        (best == count_ || cap < capacity(entries_[best].seg)))
+      best = i;
   }
   if (best == count_) return nullptr;
   Segment* seg = entries_[best].seg;
@@ -50,12 +52,14 @@ Segment* huge_cache_take(size_t obj_bytes) {
   return seg;
 }
 
-Segment* huge_cache_take_largest() {
+Segment* huge_cache_take_largest(unsigned shard) {
   LockGuard g(lock_);
-  if (count_ == 0) return nullptr;
-  size_t best = 0;
-  for (size_t i = 1; i < count_; i++)
-    if (entries_[i].seg->mapped_bytes > entries_[best].seg->mapped_bytes) best = i;
+  size_t best = count_;
+  for (size_t i = 0; i < count_; i++)
+    if (same_memory_node(entries_[i].seg->heap, shard) &&
+        (best == count_ || entries_[i].seg->mapped_bytes > entries_[best].seg->mapped_bytes))
+      best = i;
+  if (best == count_) return nullptr;
   Segment* seg = entries_[best].seg;
   remove_at(best);
   Span* s = seg->huge_span;

@@ -132,7 +132,8 @@ struct Segment {
   size_t mapped_bytes;  // the whole mapping, header included
   Span* huge_span;      // huge: the one large object
   uint32_t heap;        // normal: the shard whose page heap carves it (page_heap.h;
-                        // PageHeap::kPrivate for a unit test's private heap)
+                        // PageHeap::kPrivate for a unit test's private heap); huge:
+                        // the shard it was made for (its pages are on that node)
   bool huge;            // normal: advised MADV_HUGEPAGE (page_heap.h; its heap's lock)
 
   char* base() { return reinterpret_cast<char*>(this); }

@@ -18,7 +18,7 @@ constinit std::atomic<uint32_t> count_{0};  // 0 until the first map is built
 constinit std::atomic<uint32_t> per_{1};
 constinit std::atomic<uint32_t> nodes_{1};
 constinit std::atomic<uint32_t> next_thread_{0};
-constinit std::atomic<bool> bind_{false};
+constinit std::atomic<NodeBinding> binding_{NodeBinding::kOneNode};
 constinit std::atomic<bool> caches_known_{false};  // topo_'s cache sizes filled
 USLAB_LARGE_ZERO constinit std::atomic<uint64_t> remote_frees_[kTopoMaxNodes];
 USLAB_LARGE_ZERO Topology topo_;  // zero-initialised; written under map_lock_
@@ -61,7 +61,11 @@ void build() {
   __atomic_store_n(&g_cpu_shard_span, span, __ATOMIC_RELAXED);
   per_.store(per, std::memory_order_relaxed);
   nodes_.store(topo_.nodes, std::memory_order_relaxed);
-  bind_.store(topo_.nodes > 1 && !topo_.synthetic, std::memory_order_relaxed);
+  binding_.store(topo_.nodes <= 1   ? NodeBinding::kOneNode
+                 : topo_.synthetic  ? NodeBinding::kSynthetic
+                 : os::task_memory_policy() ? NodeBinding::kTaskPolicy
+                                            : NodeBinding::kBound,
+                 std::memory_order_relaxed);
   // Shards of an earlier map that this one does not use keep their objects; they
   // are given the node of a shard that is used.
   uint32_t old = count_.load(std::memory_order_relaxed);
@@ -120,8 +124,19 @@ unsigned shards_of_node(unsigned n, unsigned* first) {
   return count;
 }
 
+NodeBinding node_binding() {
+  shard_count();
+  return binding_.load(std::memory_order_relaxed);
+}
+
 void bind_to_shard_node(void* p, size_t bytes, unsigned sh) {
-  if (bind_.load(std::memory_order_relaxed)) os::bind_node(p, bytes, node_of_shard(sh));
+  if (binding_.load(std::memory_order_relaxed) == NodeBinding::kBound)
+    os::bind_node(p, bytes, node_of_shard(sh));
+}
+
+bool same_memory_node(unsigned a, unsigned b) {
+  return binding_.load(std::memory_order_relaxed) != NodeBinding::kBound ||
+         node_of_shard(a) == node_of_shard(b);
 }
 
 Mutex& shard_map_lock() { return map_lock_; }

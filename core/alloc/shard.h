@@ -9,7 +9,8 @@
 // and its own page heap (g_page_heap[shard]), as SLUB gives each CPU its own partial
 // slabs and jemalloc spreads threads over arenas. A Node is the set of shards of
 // one NUMA node: a shard never spans two nodes, its segments are bound to its node
-// (mbind, on a machine with several real nodes), and a page heap borrows free pages
+// (mbind, on a machine with several real nodes, unless the process runs under a
+// memory policy of its own, which the kernel then applies), and a page heap borrows free pages
 // only from heaps of its own node. A slab belongs to the shard that carved it for
 // its whole life (Span::shard); its objects go back to that shard's depot
 // (depot_give) or central list (central_free) from any CPU, so a depot holds only
@@ -67,9 +68,19 @@ inline unsigned node_of_cpu(uint32_t c) { return node_of_shard(shard_of_cpu(c));
 // How many of the shards in use belong to node n; *first gets the lowest of them
 // (kMaxShards when none).
 unsigned shards_of_node(unsigned n, unsigned* first);
-// Binds [p, p + bytes) to the node of shard sh when the nodes are real and more
-// than one (a no-op otherwise).
+// Whether memory is bound to the shards' nodes, or why not.
+enum class NodeBinding : uint8_t {
+  kOneNode,     // one node
+  kSynthetic,   // hwloc's HWLOC_SYNTHETIC nodes do not exist
+  kTaskPolicy,  // the process has a memory policy (numactl): the kernel applies it
+  kBound,       // each shard's segments and CPU regions are bound to its node
+};
+NodeBinding node_binding();
+// Binds [p, p + bytes) to the node of shard sh when kBound (a no-op otherwise).
 void bind_to_shard_node(void* p, size_t bytes, unsigned sh);
+// Whether memory made for shard a serves shard b without crossing nodes (always
+// true unless kBound).
+bool same_memory_node(unsigned a, unsigned b);
 
 // Remote-node frees: objects returned to node `node`'s shards by CPUs (or thread
 // caches) of another node. Relaxed counters.

@@ -259,6 +259,13 @@ bool bind_node(void* p, size_t bytes, unsigned node) {
                   (long)(sizeof mask * 8 + 1), 0) == 0;
 }
 
+bool task_memory_policy() {
+  constexpr int kMpolDefault = 0, kMpolLocal = 4;  // <linux/mempolicy.h>
+  int mode = kMpolDefault;
+  if (syscall6(SYS_get_mempolicy, (long)&mode, 0, 0, 0, 0) != 0) return false;
+  return mode != kMpolDefault && mode != kMpolLocal;
+}
+
 USLAB_STARTUP_TEXT unsigned allowed_nodes() {
   constexpr long kMemsAllowed = 4;  // MPOL_F_MEMS_ALLOWED
   unsigned long mask[16] = {};      // 1024 nodes, the kernel's largest MAX_NUMNODES

@@ -78,6 +78,11 @@ bool advise_huge(void* p, size_t bytes, bool huge);
 // (mbind, MPOL_PREFERRED: another node when that one is full, never an OOM); false
 // when the kernel refuses (no such node, no NUMA support).
 bool bind_node(void* p, size_t bytes, unsigned node);
+// Whether the process runs under a memory policy of its own (numactl --membind,
+// --interleave, --preferred; set_mempolicy): get_mempolicy's mode is neither
+// MPOL_DEFAULT nor MPOL_LOCAL. A range's policy (bind_node) overrides the process's,
+// so uslab binds nothing then, and the kernel applies the policy the user chose.
+bool task_memory_policy();
 // NUMA nodes whose memory this process may use (get_mempolicy, MPOL_F_MEMS_ALLOWED:
 // one system call, no file); 0 when the kernel does not say.
 unsigned allowed_nodes();

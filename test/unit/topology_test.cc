@@ -181,6 +181,21 @@ TEST_CASE("memory is bound to a node through mbind") {
   munmap(p, len);
 }
 
+TEST_CASE("a memory policy of the process's own (numactl) is seen, so uslab binds nothing") {
+  // Under numactl --membind=1, uslab's preferred-node ranges overrode the process's
+  // policy: 1797 of the pages it handed out in a 2-node guest were on node 0.
+  REQUIRE_FALSE(os::task_memory_policy());  // the test runs with no policy
+  unsigned long node0 = 1;
+  for (int mode : {1 /* MPOL_PREFERRED */, 2 /* MPOL_BIND */, 3 /* MPOL_INTERLEAVE */}) {
+    REQUIRE(syscall(SYS_set_mempolicy, mode, &node0, sizeof node0 * 8 + 1) == 0);
+    CHECK(os::task_memory_policy());
+  }
+  REQUIRE(syscall(SYS_set_mempolicy, 4 /* MPOL_LOCAL */, nullptr, 0) == 0);
+  CHECK_FALSE(os::task_memory_policy());  // the default placement, said explicitly
+  REQUIRE(syscall(SYS_set_mempolicy, 0 /* MPOL_DEFAULT */, nullptr, 0) == 0);
+  CHECK_FALSE(os::task_memory_policy());
+}
+
 TEST_CASE("objects freed on a CPU of another node go back to their node") {
   cpu_set_t saved;
   REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
