@@ -352,6 +352,7 @@ void free_bulk_class_nodes(unsigned cls, void* const* ptrs, size_t n) {
         remote[nr++] = remote_entry(ptrs[i], s);
     }
     if (nr) percpu_remote_flush(remote, nr);
+    if (nl == 0) continue;
     size_t left = nl - percpu_put(cls, local, nl);
     if (left) depot_give(cls, local, left);
   }

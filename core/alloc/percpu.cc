@@ -485,12 +485,15 @@ void percpu_decay_sheaves() {
   }
 }
 
+// n = 0 moves nothing: the sections' copy loop moves at least one pointer, or two.
 size_t percpu_take(unsigned cls, void** out, size_t n) {
+  if (n == 0) return 0;
   return on_current_cpu(cls, n, Miss::kAlloc,
                         [&](uint32_t c) { return percpu_pop_batch(c, cls, out, n); });
 }
 
 size_t percpu_put(unsigned cls, void* const* ptrs, size_t n) {
+  if (n == 0) return 0;
   return on_current_cpu(cls, n, Miss::kFree,
                         [&](uint32_t c) { return percpu_push_batch(c, cls, ptrs, n); });
 }

@@ -124,9 +124,11 @@ void* percpu_alloc_retry(unsigned cls);
 void* percpu_alloc_tick(unsigned cls);  // a hit counter carried (see kHitsOffset)
 void percpu_free_retry(void* p, unsigned cls);
 
-// Bulk moves on the current CPU's sheaf of cls (n ≥ 1): take pops up to n objects
-// into out; put pushes the last k of ptrs[0..n) that fit. Both return k (0 when the
-// thread has no usable CPU).
+// Bulk moves on the current CPU's sheaf of cls: take pops up to n objects into out;
+// put pushes the last k of ptrs[0..n) that fit. Both return k (0 when the thread has
+// no usable CPU, or n is 0). The sections below need n ≥ 1: with 0, a push copied two
+// stale pointers above the sheaf's top, one into the next class's guard slot, which
+// malloc then handed out (uslab_free_bulk and deferred frees on several nodes).
 size_t percpu_take(unsigned cls, void** out, size_t n);
 size_t percpu_put(unsigned cls, void* const* ptrs, size_t n);
 
