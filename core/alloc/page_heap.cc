@@ -162,8 +162,21 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
     other.lock_.unlock();
     if (s) return s;
   }
-  LockGuard g(lock_);
-  return alloc_locked(npages, align_pages, kind, zeroed, true);
+  {
+    LockGuard g(lock_);
+    if (Span* s = alloc_locked(npages, align_pages, kind, zeroed, true)) return s;
+  }
+  // No segment could be mapped (RLIMIT_AS, mmap refused): free pages of any other
+  // heap, another node's too, waiting for its lock, rather than ENOMEM. Under
+  // RLIMIT_AS on a 2-node guest, the small objects after a large exhaustion failed at
+  // the first malloc when the thread had moved to the other node's CPUs.
+  for (unsigned i = 1; i < n; i++) {
+    PageHeap& other = g_page_heap[(index() + i) % n];
+    if (__atomic_load_n(&other.free_pages_, __ATOMIC_RELAXED) < npages + align_pages - 1) continue;
+    LockGuard g(other.lock_);
+    if (Span* s = other.alloc_locked(npages, align_pages, kind, zeroed, false)) return s;
+  }
+  return nullptr;
 }
 
 Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed,

@@ -19,7 +19,9 @@
 // dirty free pages than its allowance (kDirtyShare) purges the ones too short for
 // the request first: holes between live slabs that the request shows it cannot use
 // (the fragmentation workload's peak RSS: 237 -> 227 MiB); so do the heaps it asked
-// for a span in vain, down to a segment's worth.
+// for a span in vain, down to a segment's worth. A heap borrows a span from heaps of
+// its own node before it maps a segment, and from any heap when no segment can be
+// mapped (RLIMIT_AS): another node's memory beats ENOMEM.
 //
 // Locking: each heap's Mutex (lock()) guards its free lists, every free span of its
 // segments, the kind and first/last PageMap entries of their spans, and their

@@ -10,8 +10,9 @@
 // slabs and jemalloc spreads threads over arenas. A Node is the set of shards of
 // one NUMA node: a shard never spans two nodes, its segments are bound to its node
 // (mbind, on a machine with several real nodes, unless the process runs under a
-// memory policy of its own, which the kernel then applies), and a page heap borrows free pages
-// only from heaps of its own node. A slab belongs to the shard that carved it for
+// memory policy of its own, which the kernel then applies), and a page heap borrows
+// free pages only from heaps of its own node (from any, once no segment can be
+// mapped). A slab belongs to the shard that carved it for
 // its whole life (Span::shard); its objects go back to that shard's depot
 // (depot_give) or central list (central_free) from any CPU, so a depot holds only
 // its own shard's objects. Per-thread caches (the fallback mode) are given the
