@@ -13,7 +13,7 @@ void* MetaArena::alloc(size_t bytes, size_t align) {
   cur_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(cur_) + align - 1) & ~(align - 1));
   if (cur_ > end_ || static_cast<size_t>(end_ - cur_) < bytes) {
     size_t chunk = bytes > kChunk ? (bytes + kChunk - 1) & ~(kChunk - 1) : kChunk;
-    char* p = static_cast<char*>(os::map(chunk));
+    char* p = static_cast<char*>(os::map_metadata(chunk));
     if (!p) return nullptr;
     cur_ = p;
     end_ = p + chunk;

@@ -128,6 +128,7 @@ class PagedPool {
   bool grow() {
     char* chunk = static_cast<char*>(os::map_aligned(kChunk, kChunk));
     if (!chunk) return false;
+    os::advise_huge(chunk, kChunk, false);  // metadata: small pages (os::map_metadata)
     Page* pages = reinterpret_cast<Page*>(chunk);  // fresh mapping: all zero
     for (size_t i = kPages; i-- > kHeaderPages;) clean_.push_front(&pages[i]);
     g_paged_pool_bytes.fetch_add(kHeaderPages * kPage, std::memory_order_relaxed);

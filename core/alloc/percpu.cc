@@ -154,7 +154,7 @@ bool percpu_decide() {
     uint32_t n = topology_in_use().cpus_possible;
     if (g_config.percpu_cpus && n > g_config.percpu_cpus) n = static_cast<uint32_t>(g_config.percpu_cpus);
     if (n > kMaxCpus) n = kMaxCpus;
-    char* region = static_cast<char*>(os::map(size_t{n} << kCpuRegionShift));
+    char* region = static_cast<char*>(os::map_metadata(size_t{n} << kCpuRegionShift));
     meta_ = static_cast<CpuMeta*>(g_meta_arena.alloc(n * sizeof(CpuMeta)));
     if (region && meta_) {
       // Each CPU's sheaves on its node's memory (with several real nodes), one mbind

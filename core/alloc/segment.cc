@@ -25,7 +25,7 @@ bool PageMap::reserve(const void* base, size_t bytes) {
   for (; a <= last; a++) {
     if (a >= (uintptr_t{1} << kRootBits)) return false;
     if (root_[a].load(std::memory_order_relaxed)) continue;
-    Leaf* leaf = static_cast<Leaf*>(os::map(sizeof(Leaf)));
+    Leaf* leaf = static_cast<Leaf*>(os::map_metadata(sizeof(Leaf)));
     if (!leaf) return false;
     root_[a].store(leaf, std::memory_order_release);
   }

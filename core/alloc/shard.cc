@@ -76,6 +76,8 @@ void build() {
 uint32_t init() {
   LockGuard g(map_lock_);
   if (uint32_t n = count_.load(std::memory_order_acquire)) return n;
+  // The first use of the heap's arrays (.lbss; topo_ is one): small pages first.
+  os::advise_bss_small_pages();
   topology_probe(&topo_, false);
   build();
   return count_.load(std::memory_order_relaxed);

@@ -59,6 +59,23 @@ void* map(size_t bytes) {
   return failed(r) ? nullptr : reinterpret_cast<void*>(r);
 }
 
+void* map_metadata(size_t bytes) {
+  void* p = map(bytes);
+  if (p) advise_huge(p, bytes, false);
+  return p;
+}
+
+// The linker's bounds of this object's .bss and .lbss (hidden: the library's own,
+// not the executable's).
+extern "C" char __bss_start[] __attribute__((visibility("hidden")));
+extern "C" char _end[] __attribute__((visibility("hidden")));
+
+void advise_bss_small_pages() {
+  uintptr_t lo = (reinterpret_cast<uintptr_t>(__bss_start) + kOsPage - 1) & ~(kOsPage - 1);
+  uintptr_t hi = (reinterpret_cast<uintptr_t>(_end) + kOsPage - 1) & ~(kOsPage - 1);
+  if (hi > lo) advise_huge(reinterpret_cast<void*>(lo), hi - lo, false);
+}
+
 // A mapping at exactly `at`, or nullptr (something is there; with kernels before
 // 4.17, which ignore MAP_FIXED_NOREPLACE, the hint may be moved: then refused too).
 static void* map_at(uintptr_t at, size_t bytes) {

@@ -48,6 +48,15 @@ long syscall6(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 
 
 // Anonymous private read/write mapping; nullptr on failure.
 void* map(size_t bytes);
+// A mapping for uslab's own metadata (descriptors, page-map leaves, CPU regions),
+// advised MADV_NOHUGEPAGE: under the system's THP setting "always", a touched page
+// of a mapping (or of neighbours the kernel merged it with) that spans an aligned
+// 2 MiB made the whole 2 MiB resident.
+void* map_metadata(size_t bytes);
+// This object's zero-filled data (.bss and the 3.7 MiB of arrays in .lbss) advised
+// MADV_NOHUGEPAGE, before the heap touches it: under THP "always" the first touch
+// gave every process a 2 MiB huge page there (RSS 2 MiB above the heap it used).
+void advise_bss_small_pages();
 // Mapping of `bytes` whose start is aligned to `align` (a power of two ≥ page size).
 void* map_aligned(size_t bytes, size_t align);
 void unmap(void* p, size_t bytes);
