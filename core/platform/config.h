@@ -18,7 +18,8 @@
 namespace uslab {
 
 // Where the topology comes from (topology.h): auto loads hwloc only where the process
-// may use several NUMA nodes (core/alloc/shard.h, topology_adopt_hwloc).
+// may use several NUMA nodes and the probe saw one (core/alloc/shard.h,
+// topology_adopt_hwloc).
 enum class TopologySource : uint8_t { kAuto, kProbe, kHwloc };
 
 struct Config {

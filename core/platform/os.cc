@@ -276,6 +276,10 @@ bool bind_node(void* p, size_t bytes, unsigned node) {
                   (long)(sizeof mask * 8 + 1), 0) == 0;
 }
 
+USLAB_STARTUP_TEXT bool path_exists(const char* path) {
+  return syscall6(SYS_faccessat, AT_FDCWD, (long)path, F_OK, 0) == 0;
+}
+
 bool task_memory_policy() {
   constexpr int kMpolDefault = 0, kMpolLocal = 4;  // <linux/mempolicy.h>
   int mode = kMpolDefault;

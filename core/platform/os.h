@@ -92,6 +92,8 @@ bool bind_node(void* p, size_t bytes, unsigned node);
 // MPOL_DEFAULT nor MPOL_LOCAL. A range's policy (bind_node) overrides the process's,
 // so uslab binds nothing then, and the kernel applies the policy the user chose.
 bool task_memory_policy();
+// Whether path exists (access(2), F_OK).
+bool path_exists(const char* path);
 // NUMA nodes whose memory this process may use (get_mempolicy, MPOL_F_MEMS_ALLOWED:
 // one system call, no file); 0 when the kernel does not say.
 unsigned allowed_nodes();
