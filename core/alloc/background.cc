@@ -17,6 +17,7 @@ constinit std::atomic<uint32_t> sleep_word_{0};
 constinit std::atomic<os::ThreadVeto> veto_{os::ThreadVeto::kNone};
 int error_ = 0;
 constinit std::atomic<uint64_t> started_ms_{0}, wakeups_{0}, sleeps_{0}, ticks_{0};
+constinit std::atomic<uint32_t> thread_tid_{0};  // the thread's kernel id, while it lives
 
 // The coarse clock's resolution (a jiffy: 4 ms at HZ=250), and some.
 constexpr uint64_t kCoarseSlackMs = 5;
@@ -50,6 +51,7 @@ void sleep_until_woken() {
 }
 
 void* thread_main(void*) {
+  thread_tid_.store(current_tid(), std::memory_order_relaxed);
   for (;;) {
     if (!configured()) {  // turned off (background_enable): the thread ends
       g_background_state.store(BackgroundState::kIdle, std::memory_order_release);
@@ -209,10 +211,19 @@ void background_enable(bool on) {
     os::futex_wake(futex_word(), 1);
     os::sleep_ns(1000000);
   }
+  // The state changes just before the thread returns; glibc's thread exit and the
+  // kernel's follow. Wait (at most a second) until the kernel has released it, so
+  // that a program that counts its threads after turning it off sees it gone, as
+  // jemalloc's, which joins (in an 8-CPU emulated guest it was still listed).
+  if (uint32_t tid = thread_tid_.exchange(0, std::memory_order_relaxed)) {
+    long pid = os::syscall6(SYS_getpid);
+    for (int i = 0; i < 1000 && os::syscall6(SYS_tgkill, pid, tid, 0) == 0; i++) os::sleep_ns(1000000);
+  }
 }
 
 void background_fork_child() {
   sleep_word_.store(0, std::memory_order_relaxed);
+  thread_tid_.store(0, std::memory_order_relaxed);  // the child has no thread
   g_background_poke.store(0, std::memory_order_relaxed);
   wakeups_ = sleeps_ = ticks_ = started_ms_ = 0;
   BackgroundState s = g_background_state.load(std::memory_order_relaxed);
