@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/heap.h"
+#include "test/unit/vm_flags.h"
 
 using namespace uslab;
 
@@ -366,40 +366,15 @@ TEST_CASE("the spare slabs go back to the page heap on every decay tick") {
   REQUIRE(list.stats(cls).slabs == with_spare - 1);
 }
 
-namespace {
-
-// The VmFlags line of the mapping that holds p, from /proc/self/smaps ("" if none).
-std::string vm_flags_of(const void* p) {
-  FILE* f = fopen("/proc/self/smaps", "r");
-  REQUIRE(f != nullptr);
-  char line[512];
-  bool inside = false;
-  std::string flags;
-  auto a = reinterpret_cast<uintptr_t>(p);
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-      inside = a >= lo && a < hi;
-    } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
-      flags = line + 8;
-      break;
-    }
-  }
-  fclose(f);
-  return flags;
-}
-
-}  // namespace
-
 TEST_CASE("uslab's own arrays and metadata are advised off transparent huge pages") {
   // Under the system setting "always", the first touch of .lbss (3.7 MiB of arrays)
   // gave every process a 2 MiB huge page: idle_return in a Debian guest stayed 2-3
   // MiB above its start for good. VmFlags "nh" is MADV_NOHUGEPAGE.
   heap::free(heap::alloc(64));  // the heap is in use
-  CHECK(vm_flags_of(&g_page_heap[0]).find(" nh") != std::string::npos);
-  CHECK(vm_flags_of(&g_central[0][1]).find(" nh") != std::string::npos);
+  CHECK(has_flag(vm_flags(&g_page_heap[0]), "nh"));
+  CHECK(has_flag(vm_flags(&g_central[0][1]), "nh"));
   void* meta = g_meta_arena.alloc(64, 64);
   REQUIRE(meta != nullptr);
-  CHECK(vm_flags_of(meta).find(" nh") != std::string::npos);
-  if (g_percpu) CHECK(vm_flags_of(g_cpu_region).find(" nh") != std::string::npos);
+  CHECK(has_flag(vm_flags(meta), "nh"));
+  if (g_percpu) CHECK(has_flag(vm_flags(g_cpu_region), "nh"));
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/alloc/alloc.h"
+#include "test/unit/vm_flags.h"
 
 using namespace uslab;
 
@@ -270,37 +271,6 @@ TEST_CASE("a wholly free segment goes with its page-map entries") {
   REQUIRE(PageMap::entry(first) == 0);
   REQUIRE(PageMap::entry(first + (PageHeap::kMaxPages - 1) * kPageSize) == 0);
 }
-
-namespace {
-
-// The VmFlags line of the mapping holding p in /proc/self/smaps ("hg": advised
-// MADV_HUGEPAGE, "nh": MADV_NOHUGEPAGE).
-std::string vm_flags(const void* p) {
-  FILE* f = fopen("/proc/self/smaps", "r");
-  REQUIRE(f != nullptr);
-  char line[512];
-  bool inside = false;
-  std::string flags;
-  uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line
-      inside = lo <= a && a < hi;
-    } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
-      flags = line + 8;
-      flags.resize(flags.find('\n') == std::string::npos ? flags.size() : flags.find('\n'));
-      break;
-    }
-  }
-  fclose(f);
-  return flags;
-}
-
-bool has_flag(const std::string& flags, const char* f) {
-  return (" " + flags + " ").find(std::string(" ") + f + " ") != std::string::npos;
-}
-
-}  // namespace
 
 TEST_CASE("dense segments are advised huge pages; a purge takes the advice back") {
   if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) {
