@@ -1,0 +1,248 @@
+#!/bin/sh
+# test/vm/guest.sh — the checks the guest runs (its init, /sbin/uslab-init, starts this
+# from the host's tree; run.sh reads the results). One line per check in
+# /results/results.txt: PASS NAME, FAIL NAME or SKIP NAME REASON, then DONE; each
+# check's output in /results/NAME.log. The shape (uslab.nodes, uslab.cpus, ...) and
+# the checks to run (uslab.checks) come from the kernel's command line.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+set -u
+arg() { sed -n "s/.*uslab\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
+src=$(arg src) build=$(arg build) checks=$(arg checks)
+nodes=$(arg nodes) cpus=$(arg cpus) memless=$(arg memless) possible=$(arg possible)
+lib=$build/libuslab.so
+multiarch=/usr/lib/x86_64-linux-gnu
+declare -A peer_lib=([glibc]= [uslab]=$lib [jemalloc]=$multiarch/libjemalloc.so.2
+                     [mimalloc]=$multiarch/libmimalloc.so.2
+                     [tcmalloc]=$multiarch/libtcmalloc_minimal.so.4)
+R=/results/results.txt
+: >"$R"
+want() { case ",$checks," in *",$1,"*) return 0 ;; esac; return 1; }
+record() { echo "$*" >>"$R"; sync; }
+
+# check NAME CMD...: CMD's output goes to NAME.log; exit 0 passes, 77 skips (its last
+# line is the reason), anything else fails.
+check() {
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"/results/$name.log" 2>&1
+  local rc=$?
+  echo "[$name: exit $rc, $((SECONDS - t0)) s]" >>"/results/$name.log"
+  case $rc in
+    0) record "PASS $name" ;;
+    77) record "SKIP $name $(tail -2 "/results/$name.log" | head -1)" ;;
+    *) record "FAIL $name (exit $rc)" ;;
+  esac
+}
+
+{
+  echo "kernel: $(uname -r); CPUs: $(nproc) online of $(cat /sys/devices/system/cpu/possible) possible"
+  numactl -H
+  grep -E 'MemTotal|MemFree' /proc/meminfo
+} >/results/machine.log 2>&1
+
+# ---- topology: what uslab sees is what the kernel and hwloc see -------------------------
+check_topology() {
+  local expect=$((nodes + memless)) n out used
+  n=$(numactl -H | sed -n 's/^available: \([0-9]*\) nodes.*/\1/p')
+  echo "numactl: $n nodes; the shape: $expect"
+  [ "$n" = "$expect" ] || return 1
+  out=$("$build/uslab-topology" 2>&1); echo "$out"
+  grep -q "The providers agree" <<<"$out" || { echo "FAIL: the probe and hwloc disagree"; return 1; }
+  used=$(sed -n '/^uslab uses/,$p' <<<"$out")
+  grep -q "NUMA nodes: $expect" <<<"$used" || { echo "FAIL: uslab does not use $expect nodes"; return 1; }
+  local bad=0 k kcpus ucount
+  for ((k = 0; k < expect; k++)); do
+    kcpus=$(numactl -H | sed -n "s/^node $k cpus: *//p" | wc -w)
+    ucount=$(sed -n "s/^    node $k: \([0-9]*\) CPUs.*/\1/p" <<<"$used")
+    echo "node $k: numactl $kcpus CPUs, uslab ${ucount:-none}"
+    [ "$kcpus" = "${ucount:-x}" ] || bad=1
+  done
+  grep -q "memory bound to nodes: yes" <<<"$used" || { echo "FAIL: memory not bound to nodes"; bad=1; }
+  return $bad
+}
+
+# ---- meson's tests, from the host's list (run.sh writes tests.tsv) ------------------------
+# run_listed SUITE REGEX: every test of SUITE whose name matches, with its environment
+# and ten times its timeout (emulated CPUs are slow); a failure prints its output.
+# Left out: checks of the library file rather than of the machine (its exported
+# symbols, by readelf) and the valgrind run, whose tools the guest does not have.
+run_listed() {
+  local suite=$1 re=$2 bad=0 n=0 s name env cmd to
+  local host_only='^(exported symbols|C API conformance under valgrind)'
+  while IFS=$'\t' read -r s name env cmd to; do
+    [ "$s" = "$suite" ] && [[ "$name" =~ $re ]] && ! [[ "$name" =~ $host_only ]] || continue
+    n=$((n + 1))
+    local -a envs=() argv=()
+    IFS=$'\x1f' read -ra envs <<<"$env"
+    IFS=$'\x1f' read -ra argv <<<"$cmd"
+    local t0=$SECONDS out rc
+    out=$(env "${envs[@]}" timeout $((to * 10)) "${argv[@]}" 2>&1); rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 77 ]; then
+      echo "ok   $((SECONDS - t0)) s  $name$([ $rc -eq 77 ] && echo ' (skipped)')"
+    else
+      echo "FAIL $((SECONDS - t0)) s  $name (exit $rc)"; echo "$out" | tail -20; bad=1
+    fi
+  done </results/tests.tsv
+  echo "$n tests"
+  [ $n -gt 0 ] || { echo "no test matched"; return 1; }
+  return $bad
+}
+
+# ---- NUMA placement, asked of the kernel (move_pages) --------------------------------------
+check_numa() {
+  local rc=0 a
+  LD_PRELOAD=$lib "$build/test/vm_numa_place" || rc=$?
+  [ $rc -eq 77 ] && return 77
+  for a in glibc jemalloc mimalloc tcmalloc; do  # for the record: first touch vs reuse
+    echo "== under $a (report only)"
+    LD_PRELOAD=${peer_lib[$a]} "$build/test/vm_numa_place" report | grep "in all"
+  done
+  return $rc
+}
+
+# numactl's policies around a preloaded program: no crash, and no page from a node the
+# policy forbids (the placement program reports where its pages went).
+check_numactl() {
+  local bad=0 out last=$((nodes - 1))
+  [ "$nodes" -ge 2 ] || { echo "one node: skipped"; return 77; }
+  for policy in "--membind=$last" "--interleave=all" "--cpunodebind=0" "--preferred=$last" \
+                "--cpunodebind=0 --membind=$last"; do
+    echo "== numactl $policy"
+    out=$(numactl $policy env LD_PRELOAD=$lib "$build/test/api" 2>&1) ||
+      { echo "$out" | tail -5; echo "FAIL: api under numactl $policy"; bad=1; }
+  done
+  # Under --membind=LAST every page uslab hands out must be on LAST.
+  out=$(numactl --membind=$last env LD_PRELOAD=$lib USLAB_CONF=percpu=true \
+        "$build/test/vm_numa_place" "only=$last" 2>&1); echo "$out"
+  grep -q "pages elsewhere in all" <<<"$out" || bad=1
+  grep -q " 0 pages elsewhere in all" <<<"$out" || { echo "FAIL: pages outside node $last under --membind"; bad=1; }
+  return $bad
+}
+
+# ---- CPUs that go offline and come back --------------------------------------------------
+toggle_cpus() {  # until $1 exits: a random CPU but 0 offline for a moment, then back
+  local pid=$1 c
+  while kill -0 "$pid" 2>/dev/null; do
+    c=$((1 + RANDOM % (cpus - 1)))
+    echo 0 >/sys/devices/system/cpu/cpu$c/online 2>/dev/null
+    sleep 0.$((RANDOM % 3 + 1))
+    echo 1 >/sys/devices/system/cpu/cpu$c/online 2>/dev/null
+    sleep 0.1
+  done
+}
+check_hotplug() {
+  local rc=0 pid
+  [ "$cpus" -ge 2 ] || { echo "one CPU: skipped"; return 77; }
+  LD_PRELOAD=$lib USLAB_CONF=decay_ms=400,background_thread=true "$build/test/vm_hotplug" || rc=1
+  # Content-verified threads (hand-offs, cross-thread frees, exits) while CPUs come and
+  # go; then a process started with a CPU offline, which comes back during the run.
+  for conf in "" "percpu=false"; do
+    echo "== stress_threads with CPUs going offline (USLAB_CONF=$conf)"
+    LD_PRELOAD=$lib USLAB_CONF=$conf "$build/test/stress_threads" $((cpus * 2)) 4 10 migrate &
+    pid=$!; toggle_cpus $pid; wait $pid || { echo "FAIL: exit $?"; rc=1; }
+  done
+  echo "== a process started while CPU $((cpus - 1)) is offline"
+  echo 0 >/sys/devices/system/cpu/cpu$((cpus - 1))/online
+  LD_PRELOAD=$lib "$build/test/stress_threads" $((cpus * 2)) 4 10 migrate & pid=$!
+  sleep 2; echo 1 >/sys/devices/system/cpu/cpu$((cpus - 1))/online
+  wait $pid || { echo "FAIL: exit $?"; rc=1; }
+  for c in /sys/devices/system/cpu/cpu[0-9]*/online; do echo 1 >"$c" 2>/dev/null; done
+  return $rc
+}
+
+# ---- containers: memory.max, memory.high, nested limits ----------------------------------
+cg=/sys/fs/cgroup
+# in_cgroup NAME SETTINGS -- CMD...: runs CMD alone in a new child cgroup with the given
+# "file=value" settings; prints its memory.events and memory.peak; returns CMD's status.
+in_cgroup() {
+  local name=$1; shift
+  local dir=$cg/uslab/$name
+  mkdir -p "$dir"
+  while [ "$1" != "--" ]; do echo "${1#*=}" >"$dir/${1%%=*}"; shift; done; shift
+  sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$dir" "$@"
+  local rc=$?
+  echo "   memory.events: $(tr '\n' ' ' <"$dir/memory.events"); memory.peak: $(($(cat "$dir/memory.peak" 2>/dev/null || echo 0) >> 20)) MiB"
+  rmdir "$dir" 2>/dev/null
+  return $rc
+}
+check_cgroup() {
+  local bad=0 a rc out
+  [ -e $cg/cgroup.controllers ] || { echo "no cgroup v2: skipped"; return 77; }
+  mkdir -p $cg/uslab
+  echo "+memory +cpu" >$cg/cgroup.subtree_control
+  echo "+memory +cpu" >$cg/uslab/cgroup.subtree_control
+  # A 48 MiB cache flushed and refilled with other sizes, in a container of 80 MiB.
+  for a in uslab glibc jemalloc mimalloc tcmalloc; do
+    echo "== $a, memory.max 80M"
+    local t0=$SECONDS
+    in_cgroup "max-$a" memory.max=80M memory.swap.max=0 -- \
+      env LD_PRELOAD=${peer_lib[$a]} "$build/test/cache_refill" 48 50000; rc=$?
+    echo "   exit $rc$([ $rc -eq 137 ] && echo ' (killed: OOM)') after $((SECONDS - t0)) s"
+    [ $a = uslab ] && [ $rc -ne 0 ] && { echo "FAIL: uslab did not finish under memory.max"; bad=1; }
+  done
+  # Above memory.high the kernel throttles the cgroup's allocations instead: a peer
+  # that stays above it for long crawls (jemalloc had not finished after 10 minutes).
+  for a in uslab jemalloc; do
+    echo "== $a, memory.high 80M (throttled above it, not killed; 40 s allowed)"
+    local t0=$SECONDS
+    in_cgroup "high-$a" memory.high=80M memory.swap.max=0 -- timeout 40 \
+      env LD_PRELOAD=${peer_lib[$a]} "$build/test/cache_refill" 48 50000; rc=$?
+    echo "   exit $rc$([ $rc -eq 124 ] && echo ' (throttled: not done in 40 s)') after $((SECONDS - t0)) s"
+    [ $a = uslab ] && [ $rc -ne 0 ] && { echo "FAIL: uslab did not finish under memory.high"; bad=1; }
+  done
+  # uslab's limit comes from the cgroup, and from a parent's limit too.
+  echo "== the limit uslab takes: memory.max 300M on the cgroup, then on its parent only"
+  out=$(in_cgroup limit memory.max=300M -- "$build/uslab-topology" | grep "memory limit"); echo "$out"
+  grep -q "of 314572800, cgroup v2" <<<"$out" || { echo "FAIL: not 90% of memory.max"; bad=1; }
+  mkdir -p $cg/uslab/parent; echo 300M >$cg/uslab/parent/memory.max
+  echo "+memory" >$cg/uslab/parent/cgroup.subtree_control
+  out=$(sh -c 'mkdir -p '$cg'/uslab/parent/child; echo $$ >'$cg'/uslab/parent/child/cgroup.procs; exec "$0"' \
+        "$build/uslab-topology" | grep "memory limit"); echo "$out"
+  grep -q "of 314572800, cgroup v2" <<<"$out" || { echo "FAIL: the parent's limit not seen"; bad=1; }
+  rmdir $cg/uslab/parent/child $cg/uslab/parent
+  # memory_limit_hard: allocations past the limit fail with ENOMEM; no OOM kill.
+  echo "== uslab, memory.max 96M, memory_limit_hard=true"
+  in_cgroup hard memory.max=96M memory.swap.max=0 -- env LD_PRELOAD=$lib \
+    USLAB_CONF=memory_limit_hard=true "$build/test/cache_refill" until-enomem || bad=1
+  echo "== the control: the same without memory_limit_hard is OOM-killed"
+  in_cgroup soft memory.max=96M memory.swap.max=0 -- env LD_PRELOAD=$lib \
+    "$build/test/cache_refill" until-enomem; rc=$?
+  [ $rc -eq 137 ] || { echo "FAIL: exit $rc, not killed: the hard check cannot fail"; bad=1; }
+  # A CPU quota without a cpuset (cpu.max, as Kubernetes sets it): 2 threads per CPU
+  # roam every CPU on half the CPUs' time; once idle for decay_ms (1 s here) the
+  # per-CPU caches of every CPU they touched must be back.
+  echo "== a CPU quota of $((cpus / 2)) CPUs (cpu.max), $((cpus * 2)) threads, 64 MB peak, 3 s idle"
+  for a in uslab glibc jemalloc mimalloc tcmalloc; do
+    out=$(in_cgroup "quota-$a" cpu.max="$((cpus / 2 * 100000)) 100000" -- env LD_PRELOAD=${peer_lib[$a]} \
+          USLAB_CONF=decay_ms=1000 USLAB_STATS=1 "$build/test/vm_server_idle" $((cpus * 2)) 64 3000 2>&1)
+    echo "   $a: $(grep -o 'peak_kib.*' <<<"$out")$([ $a = uslab ] && grep -o '[0-9]* of [0-9]* CPUs used' <<<"$out" | sed 's/^/, sheaves of /')"
+    if [ $a = uslab ]; then
+      local pk idle
+      pk=$(sed -n 's/.*peak_kib \([0-9]*\).*/\1/p' <<<"$out"); idle=$(sed -n 's/.*idle_kib \([0-9]*\).*/\1/p' <<<"$out")
+      [ -n "$idle" ] && [ "$idle" -le $((pk / 4)) ] || { echo "FAIL: uslab kept its caches under the quota"; bad=1; }
+    fi
+  done
+  return $bad
+}
+
+# ---- footprints (64 threads and a 1 GB peak on a 64-CPU shape; less on small ones) ----
+check_footprint() {
+  local threads=$cpus peak=$((cpus * 16))
+  [ $peak -gt 1024 ] && peak=1024
+  python3 "$src/test/vm/footprint.py" "$build" $threads $peak 12000
+}
+
+want topology && check topology check_topology
+want conformance && check conformance run_listed conformance '.'
+# The stress suite's default mode in CI (emulated CPUs are slow), less its slowest there
+# (100000 threads, fork storms: 80-90 s each, no CPU or node logic of their own) and the
+# memory-limit runs (the cgroup check has them); stress-all: every test, every mode.
+want stress && check stress run_listed stress '^(stress_ (threads|churning|out of memory|cached|a thread|memory freed)|deferred free, readers)[^[]*$'
+want stress-all && check stress-all run_listed stress '.'
+want numa && check numa check_numa
+want numa && check numactl check_numactl
+want hotplug && check hotplug check_hotplug
+want cgroup && check cgroup check_cgroup
+want footprint && check footprint check_footprint
+want script && check script env build="$build" lib="$lib" src="$src" bash /results/script.sh
+record DONE
