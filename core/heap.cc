@@ -585,15 +585,18 @@ struct CachedCounts {
 Stats stats() {
   Stats st{};
   CachedCounts cached;
+  RemoteNodeStats rs;
+  percpu_remote_stats(&rs);
   st.thread_caches = cached.ncaches;
   for (unsigned c = 1; c < kMaxClasses; c++) {
     CentralStats cs = central_stats(c);
     size_t live = cs.objects - cs.free_objects;
-    live = live > cached.total(c) ? live - cached.total(c) : 0;
+    const size_t held = cached.total(c) + rs.pending_by_class[c];  // free, in caches and buffers
+    live = live > held ? live - held : 0;
     st.small_slab_bytes += cs.slabs * class_info(c).slab_pages * kPageSize;
     st.small_allocated += live * class_size(c);
     st.thread_cached += cached.thread[c] * class_size(c);
-    st.cpu_cached += cached.cpu[c].cpu_objects * class_size(c);
+    st.cpu_cached += (cached.cpu[c].cpu_objects + rs.pending_by_class[c]) * class_size(c);
     st.depot_cached += cached.depot[c].objects * class_size(c);
   }
   PageHeapStats ph = page_heap_stats();
@@ -610,8 +613,6 @@ Stats stats() {
   st.active = st.small_slab_bytes + st.large_allocated + st.huge_allocated;
   st.resident = st.mapped - (st.free_bytes - st.dirty_bytes) + st.metadata;
   st.nodes = node_count();
-  RemoteNodeStats rs;
-  percpu_remote_stats(&rs);
   for (unsigned n = 0; n < kTopoMaxNodes; n++) st.remote_node_frees += rs.received[n];
   st.remote_node_pending = rs.pending;
   switch (background_state()) {  // as uslab.h numbers them
