@@ -75,6 +75,16 @@ run_listed() {
     local -a envs=() argv=()
     IFS=$'\x1f' read -ra envs <<<"$env"
     IFS=$'\x1f' read -ra argv <<<"$cmd"
+    # The start-up check counts faults on the library's pages: over 9p (the guest's view
+    # of the host's build) the kernel maps fewer pages around a fault than from a local
+    # disk, which deployments have (2 or 3 faults more), so its libraries are copied.
+    if [[ "$name" =~ ^start-up ]]; then
+      local i
+      for i in "${!argv[@]}"; do
+        [[ "${argv[$i]}" == *.so ]] || continue
+        cp "${argv[$i]}" /var/tmp/ && argv[$i]=/var/tmp/${argv[$i]##*/}
+      done
+    fi
     local t0=$SECONDS out rc
     out=$(env "${envs[@]}" timeout $((to * 10)) "${argv[@]}" 2>&1); rc=$?
     if [ $rc -eq 0 ] || [ $rc -eq 77 ]; then
@@ -136,14 +146,17 @@ check_hotplug() {
   LD_PRELOAD=$lib USLAB_CONF=decay_ms=400,background_thread=true "$build/test/vm_hotplug" || rc=1
   # Content-verified threads (hand-offs, cross-thread frees, exits) while CPUs come and
   # go; then a process started with a CPU offline, which comes back during the run.
+  # Two threads per CPU, at most 16: taking a CPU of a 64-CPU emulated guest offline
+  # stops them all, and 128 threads made the check last over an hour.
+  local nt=$((cpus * 2 < 16 ? cpus * 2 : 16))
   for conf in "" "percpu=false"; do
     echo "== stress_threads with CPUs going offline (USLAB_CONF=$conf)"
-    LD_PRELOAD=$lib USLAB_CONF=$conf "$build/test/stress_threads" $((cpus * 2)) 4 10 migrate &
+    LD_PRELOAD=$lib USLAB_CONF=$conf "$build/test/stress_threads" $nt 4 10 migrate &
     pid=$!; toggle_cpus $pid; wait $pid || { echo "FAIL: exit $?"; rc=1; }
   done
   echo "== a process started while CPU $((cpus - 1)) is offline"
   echo 0 >/sys/devices/system/cpu/cpu$((cpus - 1))/online
-  LD_PRELOAD=$lib "$build/test/stress_threads" $((cpus * 2)) 4 10 migrate & pid=$!
+  LD_PRELOAD=$lib "$build/test/stress_threads" $nt 4 10 migrate & pid=$!
   sleep 2; echo 1 >/sys/devices/system/cpu/cpu$((cpus - 1))/online
   wait $pid || { echo "FAIL: exit $?"; rc=1; }
   for c in /sys/devices/system/cpu/cpu[0-9]*/online; do echo 1 >"$c" 2>/dev/null; done
