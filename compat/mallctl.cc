@@ -68,6 +68,7 @@ struct Call {
 
 // The epoch and the stats.* values as of its last write.
 constinit Mutex g_ctl_lock;
+USLAB_LOCK_ONE(kMallctl, g_ctl_lock);
 uint64_t g_epoch = 1;
 heap::Stats g_snapshot;
 bool g_have_snapshot = false;

@@ -31,6 +31,7 @@ struct alignas(64) DeferSlot {
 
 // The queue (under queue_lock_).
 constinit Mutex queue_lock_;
+USLAB_LOCK_ONE(kDeferredQueue, queue_lock_);
 DeferBlock* head_ = nullptr;  // sealed, oldest first (stamps never decrease)
 DeferBlock* tail_ = nullptr;
 void* chain_ = nullptr;       // emergency chain: objects linked through their first word
@@ -49,9 +50,12 @@ uint64_t chains_freed_ = 0;
 
 // The locked slots, one per possible CPU (created on first use).
 constinit Mutex slots_init_lock_;
+USLAB_LOCK_ONE(kDeferredSlotsInit, slots_init_lock_);
 DeferSlot* slots_ = nullptr;
 uint32_t nslots_ = 0;
 constinit std::atomic<bool> decided_{false};
+USLAB_LOCK_SET(kDeferredSlot, [] { return decided_.load(std::memory_order_acquire) ? nslots_ : 0u; },
+               [](uint32_t i) { return &slots_[i].lock; });
 
 DeferBlock* new_block() {
   int saved = errno;
@@ -112,6 +116,7 @@ void* chain_next(void* obj, bool* ok) {
 }
 
 void add_to_chain_locked(void* p) {
+  USLAB_DCHECK(queue_lock_.held());
   set_link(p, nullptr);
   if (chain_tail_)
     set_link(chain_tail_, p);
@@ -180,6 +185,7 @@ bool fork_poller_is_me_ = false;
 // Puts what the poller still holds back in front of the queue (older stamps
 // first) and ends the poll. Queue lock held.
 void requeue_inflight_locked() {
+  USLAB_DCHECK(queue_lock_.held());
   if (inflight_) {
     inflight_tail_->next = head_;
     if (!head_) tail_ = inflight_tail_;
@@ -298,6 +304,7 @@ DeferSlot& current_slot() {
 
 // Seals (or frees, when empty) a slot's open block; its lock held. True if sealed.
 bool close_slot_locked(DeferSlot& s) {
+  USLAB_DCHECK(s.lock.held());
   DeferBlock* b = s.open;
   s.open = nullptr;
   if (!b) return false;
@@ -458,31 +465,15 @@ DeferredStats deferred_stats(size_t* per_class) {
   return st;
 }
 
-void deferred_fork_prepare() {
-  slots_init_lock_.lock();
-  grace_fork_prepare();
-  if (decided_.load(std::memory_order_acquire))
-    for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.lock();
-  queue_lock_.lock();
-  fork_poller_is_me_ = poller_ == current_tid();
-}
-
-void deferred_fork_parent() {
-  queue_lock_.unlock();
-  if (decided_.load(std::memory_order_acquire))
-    for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.unlock();
-  grace_fork_parent();
-  slots_init_lock_.unlock();
-}
+void deferred_fork_prepare() { fork_poller_is_me_ = poller_ == current_tid(); }
 
 void deferred_fork_child(bool prepared) {
-  slots_init_lock_.reset_after_fork();
-  queue_lock_.reset_after_fork();
-  if (decided_.load(std::memory_order_acquire))
-    for (uint32_t i = 0; i < nslots_; i++) slots_[i].lock.reset_after_fork();
   // The blocks a poll in another thread had detached go back to the queue (that
   // thread does not exist here); a poll the forking thread itself is in goes on.
-  if (prepared && poller_ && !fork_poller_is_me_) requeue_inflight_locked();
+  if (prepared && poller_ && !fork_poller_is_me_) {
+    LockGuard g(queue_lock_);  // reset by fork: free, and this is the only thread
+    requeue_inflight_locked();
+  }
   grace_fork_child();
 }
 

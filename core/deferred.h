@@ -82,10 +82,11 @@ struct DeferredStats {
 DeferredStats deferred_stats(size_t* per_class = nullptr);
 
 
-// fork: the queue lock and the slot locks, taken before the heap's. prepared: the
-// prepare handler ran (not a fork that interrupted a slow path, heap::fork_prepare).
+// fork (the queue and slot locks are in the lock table): prepare, with every lock
+// held, notes whether the forking thread is the poller; the child requeues what
+// another thread's poll had detached. prepared: the prepare handler ran (not a fork
+// that interrupted a slow path, heap::fork_prepare).
 void deferred_fork_prepare();
-void deferred_fork_parent();
 void deferred_fork_child(bool prepared);
 
 }  // namespace uslab::heap

@@ -744,12 +744,16 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   }
 }
 
+namespace {
+constinit Mutex topology_print_lock_;
+USLAB_LOCK_ONE(kTopologyPrint, topology_print_lock_);
+}  // namespace
+
 void topology_print(void (*write)(void*, const char*), void* opaque) {
   // Two records of 4 KiB each: static, behind a lock, rather than on the caller's stack.
-  static constinit Mutex lock;
   USLAB_LARGE_ZERO static Topology probe, hw;
   USLAB_LARGE_ZERO static char text[8192];
-  LockGuard g(lock);
+  LockGuard g(topology_print_lock_);
   auto out = [&](const char* fmt, auto... args) {
     os::format(text, sizeof text, fmt, args...);
     write(opaque, text);
@@ -837,71 +841,55 @@ USLAB_STARTUP_TEXT bool stats_at_exit() {
 
 void die(const char* message) { os::fatal("uslab: %s\n", message); }
 
-// Lock order: deferred-free slots and queue, thread-cache registry, CPU locks, depots, central lists, huge cache, page heap,
-// metadata pools, arena, segment map, the shard map (shard.h).
-// fork takes them all in that order, unless the forking thread holds or is taking one
-// (t_locks_held: fork from a signal handler that interrupted a slow path, glibc
-// tst-mallocfork2). Then it takes none: a lock earlier in the order may be held by
-// another thread (the background thread's tick, say) that waits for the one this
-// thread holds. That child finds the heap as the fork found it, other threads'
-// operations and its own interrupted one half done, and may only make
-// async-signal-safe calls until it execs (POSIX's rule for any multi-threaded fork);
-// every lock is reset there, and nothing that walks shared lists runs.
+// fork takes every lock of the lock table (core/platform/lock_table.h) in rank order,
+// unless the forking thread holds or is taking one (t_locks_held: fork from a signal
+// handler that interrupted a slow path, glibc tst-mallocfork2). Then it takes none: a
+// lock of a lower rank may be held by another thread (the background thread's tick,
+// say) that waits for the one this thread holds. That child finds the heap as the
+// fork found it, other threads' operations and its own interrupted one half done,
+// and may only make async-signal-safe calls until it execs (POSIX's rule for any
+// multi-threaded fork); every lock is reset there, and nothing that walks shared
+// lists runs.
 namespace {
 
-constexpr size_t kForkLocks = 2 * kMaxShards * (kMaxClasses - 1) + 2 * kMaxShards + 6;
-USLAB_LARGE_ZERO Mutex* g_fork_locks[kForkLocks];
-
-// The locks after the per-CPU ones (which percpu_fork_* take after the registry).
-size_t collect_fork_locks() {
-  size_t n = 0;
-  for (unsigned sh = 0; sh < shard_count(); sh++)
-    for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_depot[sh][c].lock();
-  for (unsigned sh = 0; sh < shard_count(); sh++)
-    for (unsigned c = 1; c < kMaxClasses; c++) g_fork_locks[n++] = &g_central[sh][c].lock();
-  g_fork_locks[n++] = &huge_cache_lock();
-  for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &g_page_heap[sh].lock();
-  g_fork_locks[n++] = &g_span_pool.lock();
-  g_fork_locks[n++] = &thread_cache_pool_lock();
-  for (unsigned sh = 0; sh < shard_count(); sh++) g_fork_locks[n++] = &depot_sheaf_pool_lock(sh);
-  g_fork_locks[n++] = &g_meta_arena.lock();
-  g_fork_locks[n++] = &PageMap::lock();
-  g_fork_locks[n++] = &shard_map_lock();
-  return n;
-}
-
 bool g_fork_interrupted;
+// How many locks of each set prepare took: a set's count may grow while a lock of a
+// higher rank is still free (more shards), and parent must release just those.
+uint32_t g_fork_taken[kMaxLockSets];
+
+// Calls fn on every registered lock, in rank order (reverse: the last first); the
+// counts recorded by prepare (taken), or the sets' counts now.
+template <class Fn>
+void for_each_lock(bool reverse, bool taken, Fn fn) {
+  uint32_t n;
+  const LockSet* const* sets = lock_sets(&n);
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t s = reverse ? n - 1 - k : k;
+    uint32_t count = taken ? g_fork_taken[s] : sets[s]->count();
+    if (!taken) g_fork_taken[s] = count;
+    for (uint32_t i = 0; i < count; i++) fn(sets[s]->at(reverse ? count - 1 - i : i));
+  }
+}
 
 }  // namespace
 
 void fork_prepare() {
   g_fork_interrupted = t_locks_held != 0;
   if (g_fork_interrupted) return;
+  for_each_lock(false, false, [](Mutex* m) { m->lock(); });
   deferred_fork_prepare();
-  thread_cache_registry_lock().lock();
-  percpu_fork_prepare();
-  size_t n = collect_fork_locks();
-  for (size_t i = 0; i < n; i++) g_fork_locks[i]->lock();
-  prof::fork_prepare();
 }
 
 void fork_parent() {
   if (g_fork_interrupted) return;
-  prof::fork_parent();
-  size_t n = collect_fork_locks();
-  for (size_t i = n; i-- > 0;) g_fork_locks[i]->unlock();
-  percpu_fork_parent();
-  thread_cache_registry_lock().unlock();
-  deferred_fork_parent();
+  for_each_lock(true, true, [](Mutex* m) { m->unlock(); });
 }
 
 void fork_child() {
   forget_current_tid();
-  size_t n = collect_fork_locks();
-  for (size_t i = 0; i < n; i++) g_fork_locks[i]->reset_after_fork();
-  prof::fork_child();
-  percpu_fork_child();
-  thread_cache_registry_lock().reset_after_fork();
+  // After an interrupted fork, every lock there is now (prepare recorded nothing).
+  for_each_lock(false, !g_fork_interrupted, [](Mutex* m) { m->reset_after_fork(); });
+  lock_order_reset();
   deferred_fork_child(!g_fork_interrupted);
   background_fork_child();
   if (g_fork_interrupted) return;

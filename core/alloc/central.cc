@@ -10,6 +10,8 @@
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit CentralList g_central[kMaxShards][kMaxClasses];
+USLAB_LOCK_SET(kCentral, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
+               [](uint32_t i) { return &g_central[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 USLAB_LARGE_ZERO constinit ShardFreeBytes g_central_free_bytes[kMaxShards];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};

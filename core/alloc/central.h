@@ -80,7 +80,6 @@ class alignas(64) CentralList {
 
   CentralStats stats(unsigned cls);
   Mutex& lock() { return lock_; }
-  void reset_after_fork() { lock_.reset_after_fork(); }
 
  private:
   static constexpr size_t kLendReserveSlabs = 2;

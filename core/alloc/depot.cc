@@ -14,7 +14,13 @@ USLAB_LARGE_ZERO constinit Depot g_depot[kMaxShards][kMaxClasses];
 namespace {
 // Per shard: 16 CPUs filling their depots at once queued on one pool's lock.
 USLAB_LARGE_ZERO constinit MetaPool<Sheaf> sheaf_pool_[kMaxShards];
+USLAB_LOCK_SET(kMetaPool, [] { return shard_count_now(); },
+               [](uint32_t sh) { return &sheaf_pool_[sh].lock(); });
 }  // namespace
+
+// Every class of every shard made (class 0 is no class).
+USLAB_LOCK_SET(kDepot, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
+               [](uint32_t i) { return &g_depot[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 
 unsigned Depot::shard() const {
   return static_cast<unsigned>((this - &g_depot[0][0]) / kMaxClasses);
@@ -112,8 +118,6 @@ DepotStats Depot::stats() {
   LockGuard g(lock_);
   return DepotStats{objects_, hits_, remote_};
 }
-
-Mutex& depot_sheaf_pool_lock(unsigned shard) { return sheaf_pool_[shard].lock(); }
 
 void depot_give(unsigned cls, void* const* objs, size_t n) {
   // Grouped by owner, not cut into runs: the drains of a server whose threads free

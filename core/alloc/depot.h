@@ -65,7 +65,6 @@ class alignas(64) Depot {
 
   DepotStats stats();
   Mutex& lock() { return lock_; }
-  void reset_after_fork() { lock_.reset_after_fork(); }
 
  private:
   // Up to `sheaves` full sheaves back to the slabs.
@@ -83,7 +82,6 @@ class alignas(64) Depot {
 };
 
 extern Depot g_depot[kMaxShards][kMaxClasses];
-Mutex& depot_sheaf_pool_lock(unsigned shard);
 
 // n (≤ kMaxBatch) objects of class cls to the depots of the shards that own their
 // slabs, grouped by owner: one depot lock per owner.

@@ -20,6 +20,7 @@ namespace {
 
 constinit std::atomic<ReaderRecord*> records_{nullptr};
 constinit Mutex init_lock_;
+USLAB_LOCK_ONE(kGraceInit, init_lock_);
 constinit std::atomic<bool> ready_{false};
 bool membarrier_ = false;
 pthread_key_t exit_key_;
@@ -141,12 +142,7 @@ bool grace_uses_membarrier() {
   return membarrier_;
 }
 
-void grace_fork_prepare() { init_lock_.lock(); }
-
-void grace_fork_parent() { init_lock_.unlock(); }
-
 void grace_fork_child() {
-  init_lock_.reset_after_fork();
   for (ReaderRecord* r = records_.load(std::memory_order_acquire); r; r = r->next)
     if (r != t_reader) {
       r->ctr.store(0, std::memory_order_relaxed);

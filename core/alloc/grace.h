@@ -116,10 +116,8 @@ void grace_wait(uint64_t stamp);
 uint64_t grace_completed();
 bool grace_uses_membarrier();
 
-// fork: the set-up lock is held across fork (so the child never inherits a set-up
-// in progress); the child's only thread keeps its record, the others' are freed.
-void grace_fork_prepare();
-void grace_fork_parent();
+// fork (its set-up lock is in the lock table): the child's only thread keeps its
+// record, the others' are freed.
 void grace_fork_child();
 
 }  // namespace uslab

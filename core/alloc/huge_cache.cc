@@ -14,6 +14,7 @@ struct Entry {
 };
 
 constinit Mutex lock_;
+USLAB_LOCK_ONE(kHugeCache, lock_);
 Entry entries_[kHugeCacheEntries];
 size_t count_ = 0;  // entries_[0 … count_), oldest first
 size_t bytes_ = 0;
@@ -114,7 +115,5 @@ size_t huge_cache_bytes() {
   LockGuard g(lock_);
   return bytes_;
 }
-
-Mutex& huge_cache_lock() { return lock_; }
 
 }  // namespace uslab

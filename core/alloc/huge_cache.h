@@ -46,7 +46,6 @@ void huge_cache_put(Segment* seg);
 // Unmaps the segments cached longer than decay_ms (all of them with `all`).
 size_t huge_cache_purge(bool all);
 size_t huge_cache_bytes();
-Mutex& huge_cache_lock();
 
 // Unmaps a huge segment and recycles its span descriptor.
 void huge_segment_destroy(Segment* seg);

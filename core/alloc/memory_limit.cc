@@ -14,6 +14,7 @@ constinit std::atomic<uint32_t> g_limit_state{0};
 namespace {
 
 constinit Mutex decide_lock_;
+USLAB_LOCK_ONE(kMemoryLimit, decide_lock_);
 MemoryLimit limit_{};
 constinit std::atomic<uint64_t> last_release_ms_{0}, releases_{0}, refusals_{0};
 // The heap's resident estimate after the last release (0: below the limit since).
@@ -21,6 +22,7 @@ constinit std::atomic<size_t> resident_at_release_{0};
 
 // Decides the limit (decide_lock_ held): the option's, or the cgroup's share.
 void decide_locked() {
+  USLAB_DCHECK(decide_lock_.held());
   if (g_limit_state.load(std::memory_order_relaxed) != kLimitUndecided) return;
   limit_.hard = g_config.memory_limit_hard;
   uint64_t conf = g_config.memory_limit;

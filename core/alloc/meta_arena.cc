@@ -4,7 +4,8 @@
 
 namespace uslab {
 
-MetaArena g_meta_arena;
+constinit MetaArena g_meta_arena;
+USLAB_LOCK_ONE(kMetaArena, g_meta_arena.lock());
 
 void* MetaArena::alloc(size_t bytes, size_t align) {
   if (align < 64) align = 64;

@@ -11,6 +11,7 @@ namespace uslab {
 namespace {
 
 constinit Mutex registry_lock_;
+USLAB_LOCK_ONE(kObjCacheRegistry, registry_lock_);
 // One record per cache class; a class's record is reused with the class.
 USLAB_LARGE_ZERO constinit ObjCache records_[kMaxClasses] = {};
 USLAB_LARGE_ZERO constinit ObjCache* registry_[kMaxClasses] = {};
@@ -104,7 +105,5 @@ void obj_cache_for_each(void (*fn)(const ObjCache* c, void* arg), void* arg) {
   for (unsigned cls = kFirstCacheClass; cls < kMaxClasses; cls++)
     if (registry_[cls]) fn(registry_[cls], arg);
 }
-
-Mutex& obj_cache_registry_lock() { return registry_lock_; }
 
 }  // namespace uslab

@@ -79,6 +79,5 @@ inline void obj_cache_on_free(const ObjCache* c, void* p) {
 // Calls fn for every live (not destroyed) cache, under the registry lock.
 void obj_cache_for_each(void (*fn)(const ObjCache* c, void* arg), void* arg);
 
-Mutex& obj_cache_registry_lock();
 
 }  // namespace uslab

@@ -12,7 +12,10 @@
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit PageHeap g_page_heap[kMaxShards];
+USLAB_LOCK_SET(kPageHeap, [] { return shard_count_now(); },
+               [](uint32_t sh) { return &g_page_heap[sh].lock(); });
 constinit MetaPool<Span> g_span_pool;
+USLAB_LOCK_ONE(kMetaPool, g_span_pool.lock());
 
 // A private heap (the unit tests') is no shard's: it neither lends nor borrows.
 unsigned PageHeap::index() const {
@@ -181,6 +184,7 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
 
 Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed,
                              bool grow) {
+  USLAB_DCHECK(lock_.held());
   if (npages == 0 || align_pages == 0 || npages + align_pages - 1 > kMaxPages) return nullptr;
   size_t want = npages + align_pages - 1;
   Span* s = find_free(want);
@@ -250,6 +254,7 @@ uint64_t* PageHeap::alloc_bitmap() {
 }
 
 void PageHeap::free_locked(Span* s, uint64_t now) {
+  USLAB_DCHECK(lock_.held());
   Segment* seg = s->segment;
   if (s->kind == SpanKind::kSlab) {
     for (uint32_t i = 1; i + 1 < s->npages; i++) PageMap::clear(s->start + (size_t{i} << kPageShift));
@@ -420,6 +425,7 @@ size_t PageHeap::purge(bool all) {
 }
 
 size_t PageHeap::purge_locked(uint64_t now, bool all) {
+  USLAB_DCHECK(lock_.held());
   uint64_t decay = decay_purge_age_ms();
   size_t purged = 0;
   auto old = [&](const Span* s) { return all || now - s->freed_at_ms >= decay; };

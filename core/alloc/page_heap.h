@@ -129,7 +129,11 @@ class alignas(64) PageHeap {
 
   PageHeapStats stats();
   Mutex& lock() { return lock_; }
-  void reset_after_fork() { lock_.reset_after_fork(); }
+
+  // The shards' heaps (g_page_heap; their locks are in the lock table), and a
+  // private one (the unit tests'), whose lock is outside it.
+  constexpr PageHeap() = default;
+  constexpr explicit PageHeap(Mutex::Unranked u) : lock_(u) {}
 
  private:
   Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow);

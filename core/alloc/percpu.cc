@@ -27,6 +27,9 @@ constinit bool g_percpu_one_node = false;
 namespace percpu_internal {
 
 CpuMeta* meta_ = nullptr;
+// meta_ is set before g_cpu_count is published (release), and both under init_lock_.
+USLAB_LOCK_SET(kCpu, [] { return __atomic_load_n(&g_cpu_count, __ATOMIC_ACQUIRE); },
+               [](uint32_t c) { return &meta_[c].lock; });
 size_t budget_ = 0;
 USLAB_LARGE_ZERO constinit std::atomic<uint64_t> cpu_prepared_[kMaxCpus / 64] = {};
 
@@ -77,6 +80,7 @@ using namespace percpu_internal;
 namespace {
 
 constinit Mutex init_lock_;
+USLAB_LOCK_ONE(kPercpuInit, init_lock_);
 constinit std::atomic<bool> decided_{false};
 constinit std::atomic<uint64_t> remote_flushes_{0};  // percpu_remote_flush calls
 // The CPU whose sheaves this thread may use now, or kNoCpu (then it uses its
@@ -637,19 +641,6 @@ PerCpuStats percpu_stats() {
     s.drains += m.drains;
   }
   return s;
-}
-
-void percpu_fork_prepare() {
-  for (uint32_t c = 0; c < g_cpu_count; c++) meta_[c].lock.lock();
-}
-
-void percpu_fork_parent() {
-  for (uint32_t c = 0; c < g_cpu_count; c++)
-    meta_[c].lock.unlock();
-}
-
-void percpu_fork_child() {
-  for (uint32_t c = 0; c < g_cpu_count; c++) meta_[c].lock.reset_after_fork();
 }
 
 }  // namespace uslab

@@ -184,10 +184,6 @@ struct PerCpuStats {
 };
 PerCpuStats percpu_stats();
 
-// fork: the CPU locks, taken before the depots' in prepare.
-void percpu_fork_prepare();
-void percpu_fork_parent();
-void percpu_fork_child();
 
 // ThreadSanitizer cannot see that a restartable section orders what the freeing
 // thread did to an object before the allocating thread's use of it; in TSan builds

@@ -10,6 +10,7 @@ namespace uslab {
 
 USLAB_LARGE_ZERO constinit std::atomic<PageMap::Leaf*> PageMap::root_[size_t{1} << PageMap::kRootBits] = {};
 constinit Mutex PageMap::lock_;
+USLAB_LOCK_ONE(kPageMap, PageMap::lock());
 
 static std::atomic<size_t> g_segment_bytes{0};
 

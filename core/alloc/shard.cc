@@ -14,6 +14,7 @@ constinit uint32_t g_cpu_shard_span = 0;
 namespace {
 
 constinit Mutex map_lock_;
+USLAB_LOCK_ONE(kShardMap, map_lock_);
 constinit std::atomic<uint32_t> count_{0};  // 0 until the first map is built
 constinit std::atomic<uint32_t> per_{1};
 constinit std::atomic<uint32_t> nodes_{1};
@@ -90,6 +91,11 @@ unsigned shard_count() {
   return n ? n : init();
 }
 
+unsigned shard_count_now() {
+  uint32_t n = count_.load(std::memory_order_acquire);
+  return n ? n : 1;
+}
+
 unsigned shard_cpus() {
   shard_count();
   return per_.load(std::memory_order_relaxed);
@@ -140,8 +146,6 @@ bool same_memory_node(unsigned a, unsigned b) {
   return binding_.load(std::memory_order_relaxed) != NodeBinding::kBound ||
          node_of_shard(a) == node_of_shard(b);
 }
-
-Mutex& shard_map_lock() { return map_lock_; }
 
 void note_remote_node_frees(unsigned node, uint64_t n) {
   remote_frees_[node % kTopoMaxNodes].fetch_add(n, std::memory_order_relaxed);

@@ -47,6 +47,9 @@ extern uint32_t g_cpu_shard_span USLAB_HIDDEN;  // CPU ids g_cpu_shard covers
 
 // Shards in use (1 … kMaxShards); never shrinks.
 unsigned shard_count();
+// The shards in use now, without making the map (shard 0 serves before it is made):
+// for the lock registry, whose walks take no lock.
+unsigned shard_count_now();
 // CPUs per shard (shard_cpus, raised until every node's shards fit in kMaxShards).
 unsigned shard_cpus();
 // The shard of CPU c (any id: ids beyond the topology wrap around the shards).
@@ -97,9 +100,6 @@ const Topology& topology_in_use();
 bool topology_adopt_hwloc();
 // Rebuilds the map from t (tests and topology_adopt_hwloc).
 void topology_adopt(const Topology& t);
-// The lock that serialises building the map and probing the caches: taken by the
-// fork handlers (innermost: it is taken under other locks, never the reverse).
-Mutex& shard_map_lock();
 
 // fn(shard) summed over the shards in use (a statistics struct with +=).
 template <typename Fn>

@@ -33,8 +33,10 @@ struct CacheRecord {
 };
 
 constinit Mutex registry_lock_;
+USLAB_LOCK_ONE(kThreadCacheRegistry, registry_lock_);
 constinit IntrusiveList<ThreadCache> registry_;
 constinit MetaPool<CacheRecord> cache_pool_;
+USLAB_LOCK_ONE(kMetaPool, cache_pool_.lock());
 pthread_key_t key_;
 bool key_ready_ = false;
 
@@ -259,9 +261,6 @@ void thread_cache_hits(uint64_t hits[kMaxClasses]) {
   for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)
     for (size_t c = 1; c < kNumClasses; c++) hits[c] += tc->bins[c].hits / kHitStep;
 }
-
-Mutex& thread_cache_registry_lock() { return registry_lock_; }
-Mutex& thread_cache_pool_lock() { return cache_pool_.lock(); }
 
 void thread_cache_after_fork_child() {
   for (;;) {

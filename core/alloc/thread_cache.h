@@ -118,9 +118,6 @@ void thread_cache_decay(uint64_t ticks);
 void thread_cache_counts(size_t counts[kMaxClasses], size_t* ncaches);
 // Allocations served by the bins, per class (live caches and those of exited threads).
 void thread_cache_hits(uint64_t hits[kMaxClasses]);
-
-Mutex& thread_cache_registry_lock();
-Mutex& thread_cache_pool_lock();
 // In a forked child (locks already reset): flush and free the caches of threads
 // that did not survive the fork.
 void thread_cache_after_fork_child();

@@ -11,11 +11,20 @@
 //    prepare handler that it runs in a signal handler that interrupted a slow path
 //    (glibc tst-mallocfork2): it then takes no lock at all, since waiting for one
 //    another thread holds could wait on a lock this thread holds (heap::fork_prepare).
+//
+// Every allocator Mutex is registered, with its rank, in the lock table
+// (lock_table.h), where fork finds it; the Mutex itself stays one zero word, so the
+// big arrays of them (depots, central lists) stay in .lbss. Mutexes outside the
+// allocator (tests) are made with kUnranked. With USLAB_DEBUG_CHECKS (meson
+// -Ddebug_checks=true, the sanitizer and fuzz builds), lock() checks the rank order
+// and that the lock is registered (lock_order_enter/exit, a small per-thread stack of
+// the locks held), and held() backs the *_locked functions' USLAB_DCHECKs.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
+#include "core/platform/lock_table.h"
 #include "core/platform/os.h"
 
 namespace uslab {
@@ -44,14 +53,39 @@ inline void note_lock_exit() {
   t_locks_held = t_locks_held - 1;
 }
 
+#if USLAB_DEBUG_CHECKS
+// Checks that m may be taken now (rank order; registered) unless trying, and pushes it
+// on the thread's stack of held locks; exit pops it.
+void lock_order_enter(const Mutex* m, bool trying);
+void lock_order_exit(const Mutex* m);
+#endif
+// A forked child's thread holds none of the locks fork reset (no-op without checks).
+void lock_order_reset();
+
 class Mutex {
  public:
+  struct Unranked {};
+  static constexpr Unranked kUnranked{};
+
   constexpr Mutex() = default;
+#if USLAB_DEBUG_CHECKS
+  constexpr explicit Mutex(Unranked) : debug_rank_(kUnrankedMark) {}
+#else
+  constexpr explicit Mutex(Unranked) {}
+#endif
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
+  // Whether the calling thread holds it (for checks: a relaxed load).
+  bool held() const { return (word_.load(std::memory_order_relaxed) & ~kWaiters) == current_tid(); }
+
   void lock() {
     note_lock_enter();
+#if USLAB_DEBUG_CHECKS
+    // After the count: a fork from a signal handler here must see this thread as
+    // taking a lock (the stack already names it).
+    lock_order_enter(this, false);
+#endif
     uint32_t expected = 0;
     uint32_t me = current_tid();
     if (__builtin_expect(!word_.compare_exchange_strong(expected, me, std::memory_order_acquire,
@@ -67,13 +101,20 @@ class Mutex {
     uint32_t expected = 0;
     if (word_.load(std::memory_order_relaxed) == 0 &&
         word_.compare_exchange_strong(expected, current_tid(), std::memory_order_acquire,
-                                      std::memory_order_relaxed))
+                                      std::memory_order_relaxed)) {
+#if USLAB_DEBUG_CHECKS
+      lock_order_enter(this, true);
+#endif
       return true;
+    }
     note_lock_exit();
     return false;
   }
 
   void unlock() {
+#if USLAB_DEBUG_CHECKS
+    lock_order_exit(this);
+#endif
     if (word_.exchange(0, std::memory_order_release) & kWaiters)
       os::futex_wake(reinterpret_cast<uint32_t*>(&word_), 1);
     note_lock_exit();
@@ -116,6 +157,14 @@ class Mutex {
   }
 
   std::atomic<uint32_t> word_{0};
+#if USLAB_DEBUG_CHECKS
+  // Its rank, found in the registry on the first lock (0: not yet; kUnrankedMark:
+  // outside the allocator, not checked).
+  static constexpr uint8_t kUnrankedMark = 0xff;
+  friend void lock_order_enter(const Mutex*, bool);
+  friend void lock_order_exit(const Mutex*);
+  mutable std::atomic<uint8_t> debug_rank_{0};
+#endif
 };
 
 class LockGuard {

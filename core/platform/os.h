@@ -137,6 +137,16 @@ size_t vformat(char* out, size_t cap, const char* fmt, __builtin_va_list ap);
 void print_stderr(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 [[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// USLAB_DCHECK(cond): an invariant the headers state, checked in debug-check builds
+// (meson -Ddebug_checks=true: the sanitizer and fuzz builds), which report the
+// condition and abort; in release builds cond is not evaluated.
+#if USLAB_DEBUG_CHECKS
+#define USLAB_DCHECK(cond) \
+  ((cond) ? (void)0 : ::uslab::os::fatal("uslab: check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__))
+#else
+#define USLAB_DCHECK(cond) ((void)sizeof(!(cond)))
+#endif
+
 // Sets errno = ENOMEM and returns nullptr: how every allocation path fails.
 void* fail_nomem();
 

@@ -42,6 +42,7 @@ __thread RseqArea t_area __attribute__((tls_model("initial-exec"))) = {
 __thread uint8_t t_registration __attribute__((tls_model("initial-exec"))) = 0;
 
 constinit Mutex init_lock_;
+USLAB_LOCK_ONE(kRseqInit, init_lock_);
 constinit std::atomic<int> mode_{-1};  // -1 until decided
 bool fence_ok_ = false;
 pthread_key_t exit_key_;

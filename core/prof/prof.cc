@@ -35,6 +35,7 @@ struct LiveRec {
 };
 
 constinit Mutex g_lock;
+USLAB_LOCK_ONE(kProfiler, g_lock);
 bool g_enabled = false;
 __thread bool t_in_prof __attribute__((tls_model("initial-exec")));
 // Sampled objects freed by a thread while it was inside the profiler (a signal
@@ -238,6 +239,7 @@ double inverse_probability(size_t size) {
 // Forgets p's record, if any (backward-shift deletion keeps the probe runs whole).
 // Lock held.
 void forget_locked(uintptr_t p) {
+  USLAB_DCHECK(g_lock.held());
   if (!g_live_cap) return;
   size_t s = slot_of(p, g_live_cap);
   while (g_live[s].p != p) {
@@ -467,8 +469,5 @@ Stats stats() {
   return Stats{g_mapped, g_live_count, g_stack_count, g_samples, g_dumps, g_live_bytes, g_peak_bytes};
 }
 
-void fork_prepare() { g_lock.lock(); }
-void fork_parent() { g_lock.unlock(); }
-void fork_child() { g_lock.reset_after_fork(); }
 
 }  // namespace uslab::prof

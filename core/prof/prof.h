@@ -71,9 +71,5 @@ struct Stats {
 };
 Stats stats();
 
-// pthread_atfork: the profiler's lock (after every heap lock).
-void fork_prepare();
-void fork_parent();
-void fork_child();
 
 }  // namespace uslab::prof

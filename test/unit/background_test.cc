@@ -28,7 +28,7 @@ TEST_CASE("background_thread takes auto, true and false, and is auto by default"
 }
 
 TEST_CASE("a page heap's backlog holds its dirty pages until they are purged") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   size_t dirty = 1;
   REQUIRE_FALSE(ph.backlog(&dirty));

@@ -15,6 +15,8 @@
 #include "core/alloc/central.h"
 #include "core/alloc/page_heap.h"
 #include "core/heap.h"
+#include "core/platform/lock_table.h"
+#include "test/unit/child.h"
 
 using namespace uslab;
 
@@ -31,19 +33,6 @@ pid_t fork_with_handlers() {
   return pid;
 }
 
-// Runs body in a forked child with a deadline; returns its exit status, or -signal.
-template <class Body>
-int in_child(Body body, unsigned deadline_s = 20) {
-  pid_t pid = fork_with_handlers();
-  if (pid == 0) {
-    alarm(deadline_s);
-    _exit(body());
-  }
-  int st = 0;
-  REQUIRE(waitpid(pid, &st, 0) == pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-}
-
 }  // namespace
 
 TEST_CASE("a thread's lock count is 0 outside the allocator and counts what it holds") {
@@ -57,7 +46,7 @@ TEST_CASE("a thread's lock count is 0 outside the allocator and counts what it h
   heap::decay_now();
   CHECK(t_locks_held == 0);
 
-  Mutex m;
+  Mutex m{Mutex::kUnranked};
   {
     LockGuard g(m);
     CHECK(t_locks_held == 1);
@@ -91,7 +80,7 @@ TEST_CASE("fork inside a slow path takes no lock, so a thread waiting on the one
   // another thread holds a central list's lock (earlier in the order) and waits for
   // the page heap's, as the background thread's tick does. Taking the locks in order
   // would wait forever on the central list's; the deadline turns that into SIGALRM.
-  int st = in_child([] {
+  int st = in_child(fork_with_handlers, [] {
     pthread_atfork(heap::fork_prepare, heap::fork_parent, heap::fork_child);
     Mutex& page_heap = g_page_heap[0].lock();
     Mutex& central = g_central[0][1].lock();
@@ -126,7 +115,7 @@ TEST_CASE("fork inside a slow path takes no lock, so a thread waiting on the one
 }
 
 TEST_CASE("a fork from outside the allocator, with a thread busy in it, leaves a usable heap") {
-  int st = in_child([] {
+  int st = in_child(fork_with_handlers, [] {
     std::atomic<bool> stop{false};
     std::thread busy([&] {
       while (!stop) heap::free(heap::alloc(5000));
@@ -150,4 +139,44 @@ TEST_CASE("a fork from outside the allocator, with a thread busy in it, leaves a
     return bad ? 2 : t_locks_held == 0 ? 0 : 3;
   });
   CHECK(st == 0);
+}
+
+TEST_CASE("fork takes every lock in the lock table: one another thread holds delays it, "
+          "and the child finds it free") {
+  // Make the sets that grow (per-CPU metadata, deferred-free slots, object caches).
+  heap::free(heap::alloc(100));
+  heap::free(heap::alloc(300000));
+  heap::free_deferred(heap::alloc(64));
+  heap::deferred_barrier();
+  uint32_t n = 0;
+  const LockSet* const* sets = lock_sets(&n);
+  int tried = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t count = sets[k]->count();
+    for (uint32_t i : {0u, count - 1}) {
+      if (count == 0) break;
+      Mutex* m = sets[k]->at(i);
+      INFO(lock_rank_name(sets[k]->rank) << " lock " << i << " of " << count);
+      std::atomic<int> phase{0};  // 1: held; 2: about to release
+      std::thread holder([&] {
+        m->lock();
+        phase = 1;
+        usleep(20000);
+        phase = 2;
+        m->unlock();
+      });
+      while (phase.load() == 0) usleep(100);
+      pid_t pid = fork_with_handlers();
+      if (pid == 0) _exit(m->try_lock() ? 0 : 1);
+      bool waited = phase.load() == 2;  // prepare could not take it before the release
+      int st = 0;
+      REQUIRE(waitpid(pid, &st, 0) == pid);
+      holder.join();
+      CHECK(waited);
+      CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+      tried++;
+      if (count == 1) break;
+    }
+  }
+  CHECK(tried >= 20);
 }

@@ -24,7 +24,7 @@ bool all_zero(const char* p, size_t n) {
 }  // namespace
 
 TEST_CASE("adjacent spans coalesce back into one free segment") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* a = ph.alloc(10, 1, SpanKind::kLarge, &z);
   REQUIRE(z);  // fresh memory reads as zero
@@ -59,7 +59,7 @@ TEST_CASE("requests take dirty pages before clean ones, which stay apart") {
   // Resident (dirty) free pages are used first, as jemalloc takes dirty extents
   // before retained ones: a shortest-fit over both took purged pages while dirty
   // ones sat resident (fragmentation peak 217 -> 207 MiB with this).
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* a = ph.alloc(8, 1, SpanKind::kLarge, &z);
   Span* k1 = ph.alloc(1, 1, SpanKind::kLarge, &z);
@@ -85,7 +85,7 @@ TEST_CASE("the untouched rest of a segment advised huge pages when made decays")
   // Its first touch faults in 2 MiB: the rest reads as zero but is resident, so it
   // counts as resident and is purged with the decay (2 MiB stayed resident after a
   // peak when it counted as clean).
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   std::vector<Span*> whole;
   for (size_t i = 0; i < PageHeap::kThpMinSegments; i++)
@@ -110,7 +110,7 @@ TEST_CASE("the untouched rest of a segment advised huge pages when made decays")
 }
 
 TEST_CASE("a large span grows in place over a dirty and a clean span that follow it") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* big = ph.alloc(4, 1, SpanKind::kLarge, &z);
   Span* d = ph.alloc(3, 1, SpanKind::kLarge, &z);
@@ -131,7 +131,7 @@ TEST_CASE("a large span grows in place over a dirty and a clean span that follow
 }
 
 TEST_CASE("aligned spans start on the alignment and give the lead back") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* pad = ph.alloc(3, 1, SpanKind::kLarge, &z);
   for (size_t align : {2, 4, 16, 64, 256}) {
@@ -147,7 +147,7 @@ TEST_CASE("aligned spans start on the alignment and give the lead back") {
 }
 
 TEST_CASE("large spans grow and shrink in place") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* s = ph.alloc(4, 1, SpanKind::kLarge, &z);
   char* start = s->start;
@@ -171,7 +171,7 @@ TEST_CASE("large spans grow and shrink in place") {
 }
 
 TEST_CASE("purged pages read as zero and are counted") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
   Span* s = ph.alloc(8, 1, SpanKind::kLarge, &z);
@@ -192,7 +192,7 @@ TEST_CASE("purged pages read as zero and are counted") {
 }
 
 TEST_CASE("decay keeps recently freed pages until they are old enough") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
   Span* s = ph.alloc(8, 1, SpanKind::kLarge, &z);
@@ -212,7 +212,7 @@ TEST_CASE("free pages are purged before decay_ms, leaving the caches above their
   g_config.decay_ms = 160;
   REQUIRE(decay_tick_ms() == 10);
   REQUIRE(decay_purge_age_ms() == 120);
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
   Span* s = ph.alloc(8, 1, SpanKind::kLarge, &z);
@@ -236,7 +236,7 @@ TEST_CASE("a span freed next to an old dirty span keeps the old span's age") {
   // whole span from decaying (the merged span used to take the newest time).
   uint64_t saved = g_config.decay_ms;
   g_config.decay_ms = 100;
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
   Span* old_part = ph.alloc(16, 1, SpanKind::kLarge, &z);
@@ -259,7 +259,7 @@ TEST_CASE("a span freed next to an old dirty span keeps the old span's age") {
 TEST_CASE("a wholly free segment goes with its page-map entries") {
   // Its free span's bounds pointed at a freed descriptor after the unmap; now the
   // segment's page of the leaf is returned, so every entry reads 0.
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* s = ph.alloc(3, 1, SpanKind::kLarge, &z);
   char* first = s->start;
@@ -277,7 +277,7 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
     WARN("transparent huge pages are off on this system");
     return;
   }
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   const size_t half = PageHeap::kMaxPages / 2;
   Span* a = ph.alloc(half, 1, SpanKind::kLarge, &z);
@@ -358,7 +358,7 @@ TEST_CASE("an aligned mapping needs no more address space than its size") {
 }
 
 TEST_CASE("the shortest free span that fits is taken, at every length a segment holds") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   // Free spans of 300 and 200 pages (kept apart by live spans), then requests between.
   Span* a = ph.alloc(300, 1, SpanKind::kLarge, &z);
@@ -382,7 +382,7 @@ TEST_CASE("the shortest free span that fits is taken, at every length a segment 
 }
 
 TEST_CASE("a heap that must grow first purges the dirty holes too short for the request") {
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   // Three segments of one-page spans, every other one freed: 766 dirty one-page
   // holes between live pages, more than the allowance (a segment's worth, 511 pages,

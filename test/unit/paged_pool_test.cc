@@ -80,7 +80,7 @@ TEST_CASE("a paged pool reuses pages in use first and purges pages left free") {
 TEST_CASE("a page heap's descriptors go back with its pages") {
   // Many small spans need many descriptors; once they are all free and purged, the
   // descriptor pages are returned too.
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   std::vector<Span*> spans;
   // 40 pages of descriptors.
@@ -98,7 +98,7 @@ TEST_CASE("a page heap's descriptor pages go back a tick after they empty, not a
   // (1.8 s after the frees with decay_ms=1000).
   const uint64_t saved = g_config.decay_ms;
   g_config.decay_ms = 1600;  // a tick every 100 ms; pages purged 1200 ms old
-  PageHeap ph;
+  PageHeap ph{Mutex::kUnranked};
   bool z;
   Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
   std::vector<Span*> spans;
