@@ -389,11 +389,6 @@ void defer_miss(void* p, unsigned) {
 
 void synchronize() { grace_synchronize(); }
 
-void deferred_poll() {
-  if (!decided_.load(std::memory_order_acquire)) return;
-  poll(false);
-}
-
 void deferred_tick() {
   if (!decided_.load(std::memory_order_acquire)) return;
   seal_open(false);

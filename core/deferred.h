@@ -55,9 +55,6 @@ inline void read_unlock() { grace_read_unlock(); }
 void synchronize();
 // Blocks until every deferred free queued before the call has been done.
 void deferred_barrier();
-// Frees the queued blocks whose grace period has completed, after starting a new
-// grace period; never waits. Cheap when nothing is queued.
-void deferred_poll();
 // The decay tick's share (also malloc_trim's): seals the open sheaves and blocks,
 // however full, then polls, so deferred memory comes back in a program that stopped
 // deferring.

@@ -325,7 +325,7 @@ const SampleHooks g_hooks = {sample_small};
 
 // Where a dump goes: PREFIX.PID.SEQ.KIND.pb
 void dump_path(char* out, size_t cap, const char* kind) {
-  os::format(out, cap, "%s.%d.%u.%s.pb", g_config.prof_prefix, static_cast<int>(os::syscall6(39)),
+  os::format(out, cap, "%s.%d.%u.%s.pb", g_config.prof_prefix, static_cast<int>(os::syscall6(SYS_getpid)),
              __atomic_fetch_add(&g_seq, 1, __ATOMIC_RELAXED), kind);
 }
 

@@ -131,7 +131,11 @@ class Strings {
     size_t cap = cap_ ? 2 * cap_ : 4096;
     auto* idx = static_cast<uint32_t*>(os::map(cap * sizeof(uint32_t)));
     auto* ent = static_cast<Entry*>(os::map(cap / 2 * sizeof(Entry)));
-    if (!idx || !ent) return false;
+    if (!idx || !ent) {  // neither is kept
+      if (idx) os::unmap(idx, cap * sizeof(uint32_t));
+      if (ent) os::unmap(ent, cap / 2 * sizeof(Entry));
+      return false;
+    }
     if (count_) memcpy(ent, entries_, count_ * sizeof(Entry));
     for (size_t i = 0; i < count_; i++) {
       size_t slot = entries_[i].hash & (cap - 1);
