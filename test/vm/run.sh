@@ -89,7 +89,9 @@ shape+=", $accel"
 echo "vm: $shape; checks: $checks"
 accel_args=(-accel tcg,thread=multi -cpu max)
 [ $accel = kvm ] && accel_args=(-accel kvm -cpu host)
-cmdline="console=ttyS0 root=/dev/vda rw rootfstype=ext4 init=/sbin/uslab-init panic=-1 quiet"
+# rootdelay: the initramfs gives up on the root disk after 180 s by default, which a
+# 64-CPU emulated guest can need for its devices' probes (it dropped to a shell once).
+cmdline="console=ttyS0 root=/dev/vda rw rootfstype=ext4 rootdelay=900 init=/sbin/uslab-init panic=-1 quiet"
 cmdline+=" uslab.src=$src uslab.build=$build uslab.checks=$checks uslab.nodes=$nodes"
 cmdline+=" uslab.cpus=$cpus uslab.memless=$memless uslab.possible=$possible"
 virtfs=(-virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on"
