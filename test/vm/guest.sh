@@ -238,6 +238,9 @@ check_cgroup() {
   return $bad
 }
 
+# ---- real programs: the host's list, less those the guest lacks (g++, git) -------------
+check_programs() { bash "$src/test/programs/run_programs.sh" --available "$lib"; }
+
 # ---- footprints (64 threads and a 1 GB peak on a 64-CPU shape; less on small ones) ----
 check_footprint() {
   local threads=$cpus peak=$((cpus * 16))
@@ -256,6 +259,7 @@ want numa && check numa check_numa
 want numa && check numactl check_numactl
 want hotplug && check hotplug check_hotplug
 want cgroup && check cgroup check_cgroup
+want programs && check programs check_programs
 want footprint && check footprint check_footprint
 want script && check script env build="$build" lib="$lib" src="$src" bash /results/script.sh
 record DONE
