@@ -1,6 +1,8 @@
 /* test/conformance/api.c — the C allocation API through the preloaded shim: every
  * function, its glibc semantics and its error cases (after glibc's malloc/tst-* and
  * mimalloc's test-api). Run with LD_PRELOAD=libuslab.so. */
+/* Sizes past PTRDIFF_MAX and products past SIZE_MAX are what it tests (ENOMEM). */
+#pragma GCC diagnostic ignored "-Walloc-size-larger-than="
 #include <errno.h>
 #include <malloc.h>
 #include <stdint.h>

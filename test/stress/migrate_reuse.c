@@ -7,7 +7,9 @@
  * shard's sat 80% free; jemalloc and glibc grow under 1%). Skipped with one CPU.
  *
  * usage: migrate_reuse */
+#ifndef _GNU_SOURCE  /* meson passes it; a build by hand may not */
 #define _GNU_SOURCE
+#endif
 #include <sched.h>
 #include <unistd.h>
 
