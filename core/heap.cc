@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/alloc/first_touch.h"
 #include "core/foreign.h"
 #include "core/prof/prof.h"
 
@@ -603,7 +604,9 @@ Stats stats() {
   st.huge_count = g_huge_count.load(std::memory_order_relaxed);
   st.huge_allocated = g_huge_bytes.load(std::memory_order_relaxed);
   st.mapped = segment_mapped_bytes();
-  st.metadata = g_meta_arena.mapped() + g_paged_pool_bytes.load(std::memory_order_relaxed);
+  // Descriptors and pools, the shards' arrays made resident, the CPUs' header pages.
+  st.metadata = g_meta_arena.mapped() + g_paged_pool_bytes.load(std::memory_order_relaxed) +
+                prepared_shard_bytes() + percpu_header_bytes();
   st.large_allocated = ph.large_bytes;
   st.free_bytes = ph.free_bytes;
   st.dirty_bytes = ph.dirty_bytes;

@@ -133,7 +133,8 @@ void flush_thread_cache();
 
 struct Stats {
   size_t mapped;          // segment bytes mapped
-  size_t metadata;        // descriptor and cache bytes mapped (less descriptor pages purged)
+  size_t metadata;        // descriptor and cache bytes mapped (less descriptor pages purged),
+                          // the shards' arrays made resident, the CPUs' header pages
   size_t small_slab_bytes;
   size_t small_allocated; // bytes in live small objects (approximate while running)
   size_t large_allocated; // bytes in live large spans

@@ -14,4 +14,11 @@ void prepare_shard_slow(unsigned sh) {
   __atomic_store_n(&g_shard_prepared[sh], 1, __ATOMIC_RELEASE);
 }
 
+size_t prepared_shard_bytes() {
+  auto pages = [](size_t b) { return (b + os::kOsPage - 1) / os::kOsPage * os::kOsPage; };
+  size_t one = pages(sizeof g_page_heap[0]) + pages(sizeof g_central[0]), n = 0;
+  for (unsigned sh = 0; sh < kMaxShards; sh++) n += shard_prepared(sh);
+  return n * one;
+}
+
 }  // namespace uslab

@@ -626,6 +626,13 @@ void percpu_remote_stats(RemoteNodeStats* out) {
   }
 }
 
+size_t percpu_header_bytes() {
+  if (!g_percpu) return 0;
+  size_t pages = 0;
+  for (uint32_t c = 0; c < g_cpu_count; c++) pages += __atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE);
+  return pages * os::kOsPage;
+}
+
 PerCpuStats percpu_stats() {
   PerCpuStats s{};
   if (!g_percpu) return s;

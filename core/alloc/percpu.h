@@ -183,6 +183,9 @@ struct PerCpuStats {
   uint64_t grows, steals, drains;
 };
 PerCpuStats percpu_stats();
+// The resident header pages of the CPUs' regions (headers and hit counters; the
+// slot pages hold cached objects and go back with them), for the statistics.
+size_t percpu_header_bytes();
 
 
 // ThreadSanitizer cannot see that a restartable section orders what the freeing

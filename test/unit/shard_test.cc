@@ -13,6 +13,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "core/alloc/first_touch.h"
+#include "core/alloc/percpu.h"
 #include "core/heap.h"
 
 using namespace uslab;
@@ -363,4 +365,13 @@ TEST_CASE("a CPU's sheaf slots get pages of their own before its capacity reache
     heap::free(obj);
   }
   REQUIRE(sched_setaffinity(0, sizeof old, &old) == 0);
+}
+
+TEST_CASE("the statistics' metadata counts the shards' prepared arrays and the CPUs' headers") {
+  heap::free(heap::alloc(64));  // this CPU's shard is prepared by now
+  size_t shards = prepared_shard_bytes(), headers = percpu_header_bytes();
+  CHECK(shards >= sizeof g_page_heap[0] + sizeof g_central[0]);
+  CHECK(shards % os::kOsPage == 0);
+  if (percpu_decided() && percpu_stats().cpus_used > 0) CHECK(headers >= os::kOsPage);
+  CHECK(heap::stats().metadata >= shards + headers);
 }
