@@ -58,7 +58,7 @@ done
 # name), compiled by the root's own gcc against glibc 2.31, as the meson build does.
 rm -rf "$root/opt/uslab"; mkdir -p "$root/opt/uslab/src"
 cp "$lib" "$root/opt/uslab/libuslab.so"
-ln -s libuslab.so "$root/opt/uslab/libuslab.so.0"  # its soname, which threads links to
+ln -s libuslab.so "$root/opt/uslab/libuslab.so.0"  # its soname, which threads and fork link to
 (cd "$src" && cp --parents include/uslab.h bench/proc_self.h test/common/*.h \
   test/conformance/api.c test/stress/threads.c test/stress/fork.c test/stress/oom.c \
   "$root/opt/uslab/src/")
@@ -68,7 +68,7 @@ if ! in_root /bin/sh -c 'cd /opt/uslab/src &&
     f="-O1 -D_GNU_SOURCE -I. -fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc -w" &&
     gcc $f -o api test/conformance/api.c -lpthread -ldl &&
     gcc $f -o threads test/stress/threads.c -L/opt/uslab -l:libuslab.so -Wl,-rpath,/opt/uslab -lpthread -ldl &&
-    gcc $f -o fork test/stress/fork.c -lpthread -ldl &&
+    gcc $f -o fork test/stress/fork.c -L/opt/uslab -l:libuslab.so -Wl,-rpath,/opt/uslab -lpthread -ldl &&
     gcc $f -o oom test/stress/oom.c -lpthread -ldl' >"$root/opt/uslab/build.log" 2>&1; then
   cat "$root/opt/uslab/build.log"; bad "the tests did not compile in the root"
 fi
