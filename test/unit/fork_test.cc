@@ -158,16 +158,21 @@ TEST_CASE("fork takes every lock in the lock table: one another thread holds del
       Mutex* m = sets[k]->at(i);
       INFO(lock_rank_name(sets[k]->rank) << " lock " << i << " of " << count);
       std::atomic<int> phase{0};  // 1: held; 2: about to release
+      std::atomic<bool> forked{false};
       std::thread holder([&] {
         m->lock();
         phase = 1;
         usleep(20000);
         phase = 2;
         m->unlock();
+        // Alive until the fork is done: ThreadSanitizer reports a thread that ended
+        // unjoined in the child (a "thread leak", and exit status 66).
+        while (!forked.load()) usleep(100);
       });
       while (phase.load() == 0) usleep(100);
       pid_t pid = fork_with_handlers();
       if (pid == 0) _exit(m->try_lock() ? 0 : 1);
+      forked = true;
       bool waited = phase.load() == 2;  // prepare could not take it before the release
       int st = 0;
       REQUIRE(waitpid(pid, &st, 0) == pid);
