@@ -40,12 +40,6 @@ void exercise_heap() {
   heap::decay_now();
 }
 
-// In a child that is to die of a report: the default actions, not Catch's handlers
-// (which would report the expected death as a failure, and allocate in a handler).
-void die_plainly() {
-  for (int sig : {SIGABRT, SIGILL, SIGTRAP, SIGSEGV}) signal(sig, SIG_DFL);
-}
-
 }  // namespace
 
 TEST_CASE("the core's locks are registered with their ranks, and the registry is in rank order") {
@@ -83,6 +77,12 @@ TEST_CASE("the core's locks are registered with their ranks, and the registry is
 }
 
 #if USLAB_DEBUG_CHECKS
+// In a child that is to die of a report: the default actions, not Catch's handlers
+// (which would report the expected death as a failure, and allocate in a handler).
+static void die_plainly() {
+  for (int sig : {SIGABRT, SIGILL, SIGTRAP, SIGSEGV}) signal(sig, SIG_DFL);
+}
+
 TEST_CASE("debug checks: a lock taken against the rank order is reported and aborts") {
   exercise_heap();
   int st = in_child(fork, [] {
