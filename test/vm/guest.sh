@@ -81,7 +81,7 @@ run_listed() {
     if [[ "$name" =~ ^start-up ]]; then
       local i
       for i in "${!argv[@]}"; do
-        [[ "${argv[$i]}" == *.so ]] || continue
+        [[ "${argv[$i]}" == *.so || "${argv[$i]}" == *.so.* ]] || continue
         cp "${argv[$i]}" /var/tmp/ && argv[$i]=/var/tmp/${argv[$i]##*/}
       done
     fi
