@@ -65,10 +65,12 @@ check_topology() {
 # run_listed SUITE REGEX: every test of SUITE whose name matches, with its environment
 # and ten times its timeout (emulated CPUs are slow); a failure prints its output.
 # Left out: checks of the library file rather than of the machine (its exported
-# symbols, by readelf) and the valgrind run, whose tools the guest does not have.
+# symbols, by readelf), the valgrind run, whose tools the guest does not have, and
+# the deferred readers' run with a tick every millisecond, whose floor of 10000
+# writes in 2 s emulated CPUs miss (5358 in a CI run; 1018 on 64 CPUs).
 run_listed() {
   local suite=$1 re=$2 bad=0 n=0 s name env cmd to
-  local host_only='^(exported symbols|C API conformance under valgrind)'
+  local host_only='^(exported symbols|C API conformance under valgrind|deferred free, readers with a decay tick every millisecond)'
   while IFS=$'\t' read -r s name env cmd to; do
     [ "$s" = "$suite" ] && [[ "$name" =~ $re ]] && ! [[ "$name" =~ $host_only ]] || continue
     n=$((n + 1))
