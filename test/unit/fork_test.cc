@@ -17,6 +17,7 @@
 #include "core/heap.h"
 #include "core/platform/lock_table.h"
 #include "test/unit/child.h"
+#include "test/unit/every_kind.h"
 
 using namespace uslab;
 
@@ -37,12 +38,7 @@ pid_t fork_with_handlers() {
 
 TEST_CASE("a thread's lock count is 0 outside the allocator and counts what it holds") {
   REQUIRE(t_locks_held == 0);
-  void* small = heap::alloc(100);
-  void* large = heap::alloc(300000);
-  void* huge = heap::alloc(size_t{40} << 20);
-  heap::free(huge);
-  heap::free(large);
-  heap::free(small);
+  alloc_and_free_every_kind();
   heap::decay_now();
   CHECK(t_locks_held == 0);
 
@@ -144,8 +140,7 @@ TEST_CASE("a fork from outside the allocator, with a thread busy in it, leaves a
 TEST_CASE("fork takes every lock in the lock table: one another thread holds delays it, "
           "and the child finds it free") {
   // Make the sets that grow (per-CPU metadata, deferred-free slots, object caches).
-  heap::free(heap::alloc(100));
-  heap::free(heap::alloc(300000));
+  alloc_and_free_every_kind();
   heap::free_deferred(heap::alloc(64));
   heap::deferred_barrier();
   uint32_t n = 0;

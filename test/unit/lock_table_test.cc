@@ -15,6 +15,7 @@
 #include "core/alloc/segment.h"
 #include "core/heap.h"
 #include "test/unit/child.h"
+#include "test/unit/every_kind.h"
 
 using namespace uslab;
 
@@ -23,12 +24,7 @@ namespace {
 // Every kind of allocation and the slow paths that make the lock sets that grow
 // (per-CPU metadata, deferred-free slots).
 void exercise_heap() {
-  void* small = heap::alloc(100);
-  void* large = heap::alloc(300000);
-  void* huge = heap::alloc(size_t{40} << 20);
-  heap::free(huge);
-  heap::free(large);
-  heap::free(small);
+  alloc_and_free_every_kind();
   heap::free_deferred(heap::alloc(64));
   heap::deferred_barrier();
   int err = 0;
