@@ -85,12 +85,12 @@ static long metadata_kib(void) {
 }
 
 /* Large calls every 20 ms until RSS is back within 2 MiB of `before`, plus what
- * uslab's metadata grew by since `meta` (on 64 CPUs a thread that ran on all of them
- * made 64 shards' arrays resident, 2.5 MiB), or 15 s. */
+ * uslab's metadata grew by since `meta` (a thread that ran on many CPUs made their
+ * shards' arrays resident), or 15 s. */
 static int back_on_calls(long before, long meta) {
   long rss = 0;
-  /* 0.3 s with decay_ms=200 here; up to 15 s: a tick walks every CPU's sheaves, and
-   * 64 emulated CPUs (test/vm) made 3 s too short. */
+  /* Up to 15 s: a tick walks every CPU's sheaves, which on many emulated CPUs
+   * (test/vm) takes far longer than on real ones. */
   for (int i = 0; i < 750; i++) {
     char *p = malloc(100000);
     if (p) memset(p, 1, 100000);

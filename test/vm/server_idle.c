@@ -8,9 +8,8 @@
  *
  * usage: server_idle THREADS PEAK_MB IDLE_MS
  * Prints "peak_kib N idle_kib N base_kib N": VmHWM, VmRSS at the end of the idle
- * time, and VmRSS once every thread runs, before any allocates (their stacks: with
- * 128 threads under THP "always", 35-49 MiB of a 64-CPU guest's idle RSS was theirs
- * while uslab held 2.5 MiB). */
+ * time, and VmRSS once every thread runs, before any allocates: the threads' own
+ * stacks, which under THP "always" can be most of the idle RSS. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
