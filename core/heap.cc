@@ -73,6 +73,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
     if (!s) return os::fail_nomem();
     if (zeroed) *zeroed = z;
     if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(s);
+    track_alloc(s->start, s->bytes());
     return s->start;
   }
   Span* desc;
@@ -107,6 +108,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
   if (zeroed) *zeroed = fresh;
   if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(desc);
+  track_alloc(desc->start, desc->bytes());
   return desc->start;
 }
 
@@ -124,6 +126,7 @@ void free_slow(void* p, uintptr_t e) {
   }
   if (Span* s = large_of(p, e)) {
     if (__builtin_expect(s->sampled, 0)) prof::on_sampled_free(s);
+    track_free(s->start, s->bytes());
     if (is_huge(s))
       free_huge(s->segment);
     else
@@ -195,6 +198,14 @@ Span* huge_resize(Span* l, size_t size, bool may_move) {
   return seg->huge_span;
 }
 
+// Large span l was resized in place from old_bytes: the sanitizer sees its new pages
+// as the program's, and the pages a page-heap span gave up as freed (a huge one's
+// left the address space: os::remap_in_place unpoisoned them, track.h).
+void track_resized(const Span* l, size_t old_bytes) {
+  track_alloc(l->start, l->bytes());
+  if (l->bytes() < old_bytes && !is_huge(l)) track_free(l->start + l->bytes(), old_bytes - l->bytes());
+}
+
 // Large span l was resized in place, or moved from `was` (its old start): the
 // profiler forgets the object it sampled and counts the new size as an allocation,
 // as jemalloc's does for realloc.
@@ -231,7 +242,10 @@ size_t resize_in_place(void* p, size_t size) {
   if (Span* l = large_of(p, e)) {
     size_t old = l->bytes();
     large_resize_in_place(l, size);
-    if (l->bytes() != old) resampled(l);
+    if (l->bytes() != old) {
+      track_resized(l, old);
+      resampled(l);
+    }
     decay_notice();
     return large_usable(l);
   }
@@ -261,11 +275,14 @@ void* realloc(void* p, size_t size) {
     old_size = s->obj_size;
   } else if (Span* l = large_of(p, e)) {
     old_size = large_usable(l);
+    const size_t old_bytes = l->bytes();
     bool resized = large_resize_in_place(l, size);
     // A huge block that must grow moves its pages to a bigger mapping, not a copy:
     // the peak holds the block once (a copy held both until the free).
     Span* moved = !resized && is_huge(l) && !g_config.guard && huge_size(size)
                       ? huge_resize(l, size, true) : nullptr;
+    if (resized && l->bytes() != old_bytes) track_resized(l, old_bytes);
+    if (moved) track_alloc(moved->start, moved->bytes());
     if (resized && l->bytes() != old_size) resampled(l);
     if (moved) resampled(moved, p);
     decay_notice();
@@ -288,10 +305,12 @@ void* realloc(void* p, size_t size) {
 
 namespace {
 
-// The objects of a bulk allocation the profiler samples (batches take no hit
-// counter: each object is counted down as the large ones are, sampler.h) are
-// replaced by the hook's, which it tracks. Returns n.
-size_t sampled_bulk(unsigned cls, size_t n, void** out) {
+// The n objects of a bulk allocation, handed to the program: the sanitizer told
+// (track.h), and those the profiler samples (batches take no hit counter: each
+// object is counted down as the large ones are, sampler.h) replaced by the hook's,
+// which it tracks. Returns n.
+size_t hand_out_bulk(unsigned cls, size_t n, void** out) {
+  for (size_t i = 0; i < n; i++) track_alloc(out[i], class_size(cls));
   if (__builtin_expect(!g_sampling, 1)) return n;
   for (size_t i = 0; i < n; i++)
     if (sample_large(class_size(cls)))
@@ -319,7 +338,7 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
     return n;
   }
   size_t got = g_percpu ? percpu_take(cls, out, n) : 0;
-  if (got == n) return sampled_bulk(cls, n, out);
+  if (got == n) return hand_out_bulk(cls, n, out);
   while (got < n) {
     size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
     size_t k = g_depot[current_shard()][cls].take(cls, out + got, want);
@@ -331,7 +350,7 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
     got += k;
   }
   decay_notice();  // past the CPU sheaf, as a refill
-  return sampled_bulk(cls, n, out);
+  return hand_out_bulk(cls, n, out);
 }
 
 namespace {
@@ -362,6 +381,7 @@ void free_bulk_class_nodes(unsigned cls, void* const* ptrs, size_t n) {
 }  // namespace
 
 void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
+  for (size_t i = 0; i < n; i++) track_free(ptrs[i], class_size(cls));
   if (n && !g_percpu_one_node && g_percpu) return free_bulk_class_nodes(cls, ptrs, n);
   // The CPU sheaf takes the last objects that fit; the rest goes to the depot as
   // full sheaves, or to the slabs once the depot is at its bound.

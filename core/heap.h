@@ -52,9 +52,13 @@ size_t usable_size_for(size_t size, size_t align);
 // The front end is chosen once, at the first allocation: per-CPU sheaves (rseq)
 // or per-thread caches; until then g_percpu is false and the thread cache's slow
 // path makes the choice.
+inline void* handed_out(void* p, unsigned cls) {
+  track_alloc(p, class_size(cls));
+  return p;
+}
 inline void* alloc_class(unsigned cls) {
-  if (__builtin_expect(g_percpu, 1)) return percpu_alloc(cls);
-  return thread_cache_alloc(cls);
+  if (__builtin_expect(g_percpu, 1)) return handed_out(percpu_alloc(cls), cls);
+  return handed_out(thread_cache_alloc(cls), cls);
 }
 
 // malloc.
@@ -74,8 +78,10 @@ inline Span* slab_of(const void* p, uintptr_t e) {
 }
 
 // Push a validated object of any class onto this CPU's sheaf (or its remote-node
-// buffer, with several NUMA nodes) or this thread's cache.
+// buffer, with several NUMA nodes) or this thread's cache. From here on the
+// sanitizer sees it as freed (track.h).
 inline void free_object(void* p, unsigned cls) {
+  track_free(p, class_size(cls));
   if (__builtin_expect(g_percpu_one_node, 1)) return percpu_free(p, cls);
   if (g_percpu) return percpu_free_nodes(p, cls);
   return thread_cache_free(p, cls);

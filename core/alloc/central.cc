@@ -78,8 +78,13 @@ Span* CentralList::new_slab(unsigned cls) {
   for (size_t i = 0; i < info.objects / 64; i++) bitmap[i] = ~uint64_t{0};
   if (info.objects % 64) bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
   USLAB_PROBE(slab_grow, cls, s->start);
+  // The pages may hold objects of an earlier slab, freed (track.h): open for the
+  // constructor or the poison, then closed until each object is handed out.
+  const size_t bytes = size_t{info.objects} * info.size;
+  track_open(s->start, bytes);
   if (cls >= kFirstCacheClass) obj_cache_init_slab(cls, s->start, info.objects);
-  else if (g_config.poison) memset(s->start, kPoisonByte, size_t{info.objects} * info.size);
+  else if (g_config.poison) memset(s->start, kPoisonByte, bytes);
+  track_close(s->start, bytes);
   for (uint32_t i = 0; i < s->npages; i++) PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);
   return s;
 }
@@ -112,7 +117,10 @@ bool poisoned_class(unsigned cls) { return g_config.poison && cls < kNumClasses;
 // An object of a poisoned class leaving its slab: every byte must still be the
 // poison written when it was freed (or carved).
 void check_poison(unsigned cls, const void* p) {
-  size_t size = class_size(cls), i = first_unpoisoned(p, size);
+  size_t size = class_size(cls);
+  track_open(p, size);  // still free until the caller hands it out
+  size_t i = first_unpoisoned(p, size);
+  track_close(p, size);
   if (i == size) return;
   os::print_stderr("uslab: write after free of %p (size class %u, %u bytes): byte %zu "
                    "changed since it was freed\n", p, cls, (unsigned)size, i);
@@ -128,6 +136,21 @@ size_t handed_out(unsigned cls, void* const* out, size_t n) {
 
 }  // namespace
 
+void CentralList::check_slab_locked(const Span* s) const {
+#if USLAB_DEBUG_CHECKS
+  USLAB_DCHECK(lock_.held());
+  // Its bitmap has one bit per free object; it is on the partial list exactly when
+  // it has free objects and is not the spare.
+  const uint64_t* bitmap = const_cast<Span*>(s)->bitmap();
+  size_t bits = 0;
+  for (size_t w = 0; w < (s->capacity + 63u) / 64; w++) bits += __builtin_popcountll(bitmap[w]);
+  USLAB_DCHECK(bits == s->free_count && s->free_count <= s->capacity);
+  USLAB_DCHECK(s->on_partial == (s->free_count > 0 && s != spare_));
+#else
+  (void)s;
+#endif
+}
+
 size_t CentralList::take_partial(void** out, size_t n) {
   size_t got = 0;
   while (got < n) {
@@ -138,6 +161,7 @@ size_t CentralList::take_partial(void** out, size_t n) {
       partial_.remove(s);
       s->on_partial = 0;
     }
+    check_slab_locked(s);
   }
   add_free(-static_cast<ptrdiff_t>(got));
   return got;
@@ -229,12 +253,15 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       s->on_partial = 0;
       if (!spare_) {
         spare_ = s;
+        check_slab_locked(s);
       } else {
         USLAB_PROBE(slab_release, cls, s->start);
         slabs_--;
         total -= s->capacity;
         empties[nempty++] = s;
       }
+    } else {
+      check_slab_locked(s);
     }
     s = nullptr;
   };
@@ -284,7 +311,11 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       lock_.lock();
       continue;
     }
-    if (poison) memset(p, kPoisonByte, s->obj_size);  // before it is free
+    if (poison) {  // before it is free
+      track_open(p, s->obj_size);
+      memset(p, kPoisonByte, s->obj_size);
+      track_close(p, s->obj_size);
+    }
     word |= bit;
     freed++;
   }

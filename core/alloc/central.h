@@ -88,6 +88,8 @@ class alignas(64) CentralList {
   size_t take_from(Span* s, void** out, size_t n);
   // Up to n objects from the partial slabs (not the spare); lock held.
   size_t take_partial(void** out, size_t n);
+  // Debug-check builds: slab s of this list keeps the invariants above (lock held).
+  void check_slab_locked(const Span* s) const;
   // Up to n objects from another shard of this node with a surplus; lock not held.
   size_t borrow(unsigned cls, void** out, size_t n);
   // Counts d more free objects here, and their bytes in the shard's total.

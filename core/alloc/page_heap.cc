@@ -62,6 +62,10 @@ Span* PageHeap::SpanLists::shortest(size_t npages) const {
 }
 
 void PageHeap::insert_free(Span* s) {
+  // page_heap.h: a free span's first and last pages map to it, and it starts at its
+  // first page.
+  USLAB_DCHECK(s->kind == SpanKind::kFree && s->start == s->segment->page_addr(s->first_page));
+  USLAB_DCHECK(PageMap::get(s->start) == s && PageMap::get(s->start + (s->bytes() - kPageSize)) == s);
   (s->dirty ? dirty_lists_ : clean_lists_).push(s);
   // Stored atomically: read without this lock by other heaps' alloc.
   __atomic_store_n(&free_pages_, free_pages_ + s->npages, __ATOMIC_RELAXED);

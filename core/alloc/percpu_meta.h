@@ -98,14 +98,23 @@ inline uint32_t* headers(uint32_t cpu) {
 inline void** slots_of(uint32_t cpu) { return reinterpret_cast<void**>(region_of(cpu)); }
 
 inline uint32_t begin_of(unsigned cls) { return kSheafLayout.begin[cls]; }
+// A class's header on a CPU: current (low 16 bits) and end (high). One word, written
+// whole by every section, so any read sees the invariant: a header never used is 0;
+// an opened one has begin ≤ current ≤ end ≤ the last slot of the class's range.
+inline uint32_t header_of(uint32_t cpu, unsigned cls) {
+  uint32_t w = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED);
+  USLAB_DCHECK(w == 0 || (begin_of(cls) <= (w & 0xffff) && (w & 0xffff) <= (w >> 16) &&
+                          (w >> 16) < (cls + 1 < kSheafHeaders ? begin_of(cls + 1) : kSheafLayout.slots)));
+  return w;
+}
 // Capacity and cached count of a class on a CPU (a racy read, except that the
 // capacity is stable under the CPU's lock); a header never used reads as 0 / 0.
 inline uint32_t capacity_of(uint32_t cpu, unsigned cls) {
-  uint32_t end = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED) >> 16;
+  uint32_t end = header_of(cpu, cls) >> 16;
   return end > begin_of(cls) ? end - begin_of(cls) : 0;
 }
 inline uint32_t cached_of(uint32_t cpu, unsigned cls) {
-  uint32_t cur = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED) & 0xffff;
+  uint32_t cur = header_of(cpu, cls) & 0xffff;
   return cur > begin_of(cls) ? cur - begin_of(cls) : 0;
 }
 // The hit counter of a class on a CPU (kHitsOffset; written by its fast path).

@@ -1,6 +1,6 @@
 // core/alloc/thread_cache.h — per-thread caches of free objects, one bin per class.
 //
-// This is the fallback mode of the per-CPU design (DESIGN.md), used by the whole
+// This is the fallback mode of the per-CPU design (docs/DESIGN.md), used by the whole
 // process when rseq is unavailable and by single threads that cannot use their
 // CPU's sheaves (see percpu.h): each bin is an array
 // stack of object pointers; malloc pops, free pushes, with no lock and no atomic.

@@ -2,6 +2,7 @@
 // See os.h for the rules; no locks here, every function is reentrant.
 #include "core/platform/os.h"
 #include "core/platform/mutex.h"
+#include "core/platform/track.h"
 
 #include <atomic>
 #include <cerrno>
@@ -121,15 +122,25 @@ void* fail_nomem() {
   return nullptr;
 }
 
-void unmap(void* p, size_t bytes) { syscall6(SYS_munmap, (long)p, (long)bytes); }
+// What leaves the address space is unpoisoned first (track.h): the program or
+// another library may map that range next.
+void unmap(void* p, size_t bytes) {
+  track_unmap(p, bytes);
+  syscall6(SYS_munmap, (long)p, (long)bytes);
+}
 
 bool remap_in_place(void* p, size_t old_bytes, size_t new_bytes) {
-  return syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes, 0) == (long)p;
+  if (syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes, 0) != (long)p) return false;
+  if (new_bytes < old_bytes) track_unmap(static_cast<char*>(p) + new_bytes, old_bytes - new_bytes);
+  return true;
 }
 
 bool remap_to(void* p, size_t old_bytes, size_t new_bytes, void* to) {
-  return syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes,
-                  MREMAP_MAYMOVE | MREMAP_FIXED, (long)to) == (long)to;
+  if (syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes,
+               MREMAP_MAYMOVE | MREMAP_FIXED, (long)to) != (long)to)
+    return false;
+  track_unmap(p, old_bytes);
+  return true;
 }
 
 void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }

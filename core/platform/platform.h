@@ -1,7 +1,8 @@
 // core/platform/platform.h — umbrella of the platform layer (raw syscalls, the
 // futex Mutex, run-time configuration, rseq registration, the topology providers,
 // the control group's memory limit, starting the allocator's own thread, USDT
-// probes). Higher layers include this header only.
+// probes, what AddressSanitizer is told of the heap: track.h). Higher layers
+// include this header only.
 #pragma once
 
 #include "core/platform/cgroup.h"
@@ -12,3 +13,4 @@
 #include "core/platform/probe.h"
 #include "core/platform/rseq.h"
 #include "core/platform/topology.h"
+#include "core/platform/track.h"

@@ -1,5 +1,5 @@
 /* test/stress/dlopen_tls.c — libuslab.so loaded with dlopen rather than preloaded
- * (USERS.md A3.12): its initial-exec TLS must fit glibc's static TLS surplus, so the
+ * (jemalloc#937, mimalloc#147): its initial-exec TLS must fit glibc's static TLS surplus, so the
  * load succeeds, and its allocator works from several threads through dlsym'd
  * pointers (this program itself keeps glibc's malloc). Not run under LD_PRELOAD.
  * usage: dlopen_tls PATH/TO/libuslab.so */

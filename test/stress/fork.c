@@ -1,5 +1,5 @@
 /* test/stress/fork.c — fork in a multi-threaded process and from a signal handler
- * (USERS.md A4; glibc tst-mallocfork2, jemalloc test/unit/fork.c):
+ * (jemalloc#1805, #2019; glibc tst-mallocfork2, jemalloc test/unit/fork.c):
  *  - while 4 threads allocate and free, the main thread forks repeatedly; each child
  *    frees a block allocated before the fork, allocates, creates a thread that
  *    allocates, and exits cleanly;

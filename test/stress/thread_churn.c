@@ -1,4 +1,4 @@
-/* test/stress/thread_churn.c — thread lifecycle (USERS.md A5):
+/* test/stress/thread_churn.c — thread lifecycle:
  *  - 100 000 threads created and joined, each allocating and freeing: the heap must
  *    not grow (glibc tst-malloc-tcache-leak: at most a byte per thread);
  *  - threads whose first operation is each size class (snmalloc first_operation);

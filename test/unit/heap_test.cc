@@ -117,6 +117,7 @@ TEST_CASE("slabs of more objects than an inline bitmap holds keep theirs outside
   Span* s = heap::slab_of(objs[1000], PageMap::entry(objs[1000]));
   REQUIRE(s != nullptr);
   REQUIRE(s->bitmap() != s->inline_bitmap);
+  for (void* p : objs) track_alloc(p, 8);  // handed out as the facade would (track.h)
   for (void* p : objs) *static_cast<uint64_t*>(p) = reinterpret_cast<uintptr_t>(p);
   for (void* p : objs) REQUIRE(*static_cast<uint64_t*>(p) == reinterpret_cast<uintptr_t>(p));
   // A double free of an object whose bit lies beyond the inline words is caught.
