@@ -73,7 +73,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
     if (!s) return os::fail_nomem();
     if (zeroed) *zeroed = z;
     if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(s);
-    track_alloc(s->start, s->bytes());
+    track_alloc(s->start, s->bytes(), z);
     return s->start;
   }
   Span* desc;
@@ -108,7 +108,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
   if (zeroed) *zeroed = fresh;
   if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(desc);
-  track_alloc(desc->start, desc->bytes());
+  track_alloc(desc->start, desc->bytes(), fresh);
   return desc->start;
 }
 
@@ -198,12 +198,12 @@ Span* huge_resize(Span* l, size_t size, bool may_move) {
   return seg->huge_span;
 }
 
-// Large span l was resized in place from old_bytes: the sanitizer sees its new pages
-// as the program's, and the pages a page-heap span gave up as freed (a huge one's
-// left the address space: os::remap_in_place unpoisoned them, track.h).
+// Large span l was resized in place from old_bytes (track.h); the pages a page-heap
+// span gave up are free again (a huge one's left the address space: os.h untracked
+// them).
 void track_resized(const Span* l, size_t old_bytes) {
-  track_alloc(l->start, l->bytes());
-  if (l->bytes() < old_bytes && !is_huge(l)) track_free(l->start + l->bytes(), old_bytes - l->bytes());
+  track_resize(l->start, old_bytes, l->bytes());
+  if (l->bytes() < old_bytes && !is_huge(l)) track_close(l->start + l->bytes(), old_bytes - l->bytes());
 }
 
 // Large span l was resized in place, or moved from `was` (its old start): the
@@ -282,7 +282,7 @@ void* realloc(void* p, size_t size) {
     Span* moved = !resized && is_huge(l) && !g_config.guard && huge_size(size)
                       ? huge_resize(l, size, true) : nullptr;
     if (resized && l->bytes() != old_bytes) track_resized(l, old_bytes);
-    if (moved) track_alloc(moved->start, moved->bytes());
+    if (moved) track_move(p, moved->start, moved->bytes());
     if (resized && l->bytes() != old_size) resampled(l);
     if (moved) resampled(moved, p);
     decay_notice();
@@ -310,7 +310,7 @@ namespace {
 // object is counted down as the large ones are, sampler.h) replaced by the hook's,
 // which it tracks. Returns n.
 size_t hand_out_bulk(unsigned cls, size_t n, void** out) {
-  for (size_t i = 0; i < n; i++) track_alloc(out[i], class_size(cls));
+  for (size_t i = 0; i < n; i++) track_alloc(out[i], class_size(cls), cls >= kFirstCacheClass);
   if (__builtin_expect(!g_sampling, 1)) return n;
   for (size_t i = 0; i < n; i++)
     if (sample_large(class_size(cls)))
@@ -321,39 +321,6 @@ size_t hand_out_bulk(unsigned cls, size_t n, void** out) {
       }
   return n;
 }
-
-}  // namespace
-
-size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
-  // A program whose first allocation is a bulk one decides the front end here (once
-  // g_percpu is set, no call).
-  if (__builtin_expect(!g_percpu, 0) && !percpu_decided()) percpu_decide();
-  if (n <= 2) {  // one or two single pops cost less than a batch section
-    for (size_t i = 0; i < n; i++) {
-      if (!(out[i] = alloc_class(cls))) {
-        free_bulk_class(cls, out, i);
-        return 0;
-      }
-    }
-    return n;
-  }
-  size_t got = g_percpu ? percpu_take(cls, out, n) : 0;
-  if (got == n) return hand_out_bulk(cls, n, out);
-  while (got < n) {
-    size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
-    size_t k = g_depot[current_shard()][cls].take(cls, out + got, want);
-    if (k == 0) {
-      free_bulk_class(cls, out, got);
-      os::fail_nomem();
-      return 0;
-    }
-    got += k;
-  }
-  decay_notice();  // past the CPU sheaf, as a refill
-  return hand_out_bulk(cls, n, out);
-}
-
-namespace {
 
 // free_bulk_class with several NUMA nodes: objects of other nodes than the current
 // CPU's go straight to their nodes (a batch needs no remote-node buffer), the
@@ -378,10 +345,10 @@ void free_bulk_class_nodes(unsigned cls, void* const* ptrs, size_t n) {
   }
 }
 
-}  // namespace
-
-void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
-  for (size_t i = 0; i < n; i++) track_free(ptrs[i], class_size(cls));
+// n objects of class cls back into the caches, the depots or the slabs, with no
+// word to the sanitizers (track.h): free_bulk_class's work, and what a bulk
+// allocation that failed half-way took.
+void put_back_bulk(unsigned cls, void* const* ptrs, size_t n) {
   if (n && !g_percpu_one_node && g_percpu) return free_bulk_class_nodes(cls, ptrs, n);
   // The CPU sheaf takes the last objects that fit; the rest goes to the depot as
   // full sheaves, or to the slabs once the depot is at its bound.
@@ -390,6 +357,42 @@ void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
   for (size_t i = 0; i < left; i += kMaxBatch)
     depot_give(cls, ptrs + i, left - i < kMaxBatch ? left - i : kMaxBatch);
   decay_notice();  // past the CPU sheaf, as a drain
+}
+
+}  // namespace
+
+size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
+  // A program whose first allocation is a bulk one decides the front end here (once
+  // g_percpu is set, no call).
+  if (__builtin_expect(!g_percpu, 0) && !percpu_decided()) percpu_decide();
+  if (n <= 2) {  // one or two single pops cost less than a batch section
+    for (size_t i = 0; i < n; i++) {
+      if (!(out[i] = alloc_class(cls))) {
+        free_bulk_class(cls, out, i);
+        return 0;
+      }
+    }
+    return n;
+  }
+  size_t got = g_percpu ? percpu_take(cls, out, n) : 0;
+  if (got == n) return hand_out_bulk(cls, n, out);
+  while (got < n) {
+    size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
+    size_t k = g_depot[current_shard()][cls].take(cls, out + got, want);
+    if (k == 0) {
+      put_back_bulk(cls, out, got);  // never handed out
+      os::fail_nomem();
+      return 0;
+    }
+    got += k;
+  }
+  decay_notice();  // past the CPU sheaf, as a refill
+  return hand_out_bulk(cls, n, out);
+}
+
+void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
+  for (size_t i = 0; i < n; i++) track_free(ptrs[i], class_size(cls));
+  put_back_bulk(cls, ptrs, n);
 }
 
 size_t alloc_bulk(size_t size, size_t n, void** out) {

@@ -52,14 +52,18 @@ size_t usable_size_for(size_t size, size_t align);
 // The front end is chosen once, at the first allocation: per-CPU sheaves (rseq)
 // or per-thread caches; until then g_percpu is false and the thread cache's slow
 // path makes the choice.
+// An object of class cls from this CPU's sheaf or this thread's cache, not yet the
+// program's (track.h: the profiler's hook takes one to hand out itself).
+inline void* take_object(unsigned cls) {
+  if (__builtin_expect(g_percpu, 1)) return percpu_alloc(cls);
+  return thread_cache_alloc(cls);
+}
+// p (class cls, or null) handed to the program: a cache's objects are constructed.
 inline void* handed_out(void* p, unsigned cls) {
-  track_alloc(p, class_size(cls));
+  track_alloc(p, class_size(cls), cls >= kFirstCacheClass);
   return p;
 }
-inline void* alloc_class(unsigned cls) {
-  if (__builtin_expect(g_percpu, 1)) return handed_out(percpu_alloc(cls), cls);
-  return handed_out(thread_cache_alloc(cls), cls);
-}
+inline void* alloc_class(unsigned cls) { return handed_out(take_object(cls), cls); }
 
 // malloc.
 inline void* alloc(size_t size) {

@@ -190,15 +190,20 @@ size_t percpu_header_bytes();
 
 // ThreadSanitizer cannot see that a restartable section orders what the freeing
 // thread did to an object before the allocating thread's use of it; in TSan builds
-// the sheaves say so (release on push, acquire on pop). Nothing otherwise.
+// the sheaves say so (release on push, acquire on pop). Nothing otherwise. The
+// address is taken below 2^47: a remote-node buffer's entries carry tags above it
+// (remote_entry below), which TSan's tables cannot take.
 #if defined(__SANITIZE_THREAD__)
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
+inline void* sheaf_sync_addr(void* p) {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ((uint64_t{1} << 47) - 1));
+}
 inline void sheaf_acquire(void* const* objs, size_t n) {
-  for (size_t i = 0; i < n; i++) __tsan_acquire(objs[i]);
+  for (size_t i = 0; i < n; i++) __tsan_acquire(sheaf_sync_addr(objs[i]));
 }
 inline void sheaf_release(void* const* objs, size_t n) {
-  for (size_t i = 0; i < n; i++) __tsan_release(objs[i]);
+  for (size_t i = 0; i < n; i++) __tsan_release(sheaf_sync_addr(objs[i]));
 }
 #else
 inline void sheaf_acquire(void* const*, size_t) {}

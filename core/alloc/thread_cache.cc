@@ -181,7 +181,7 @@ void* thread_cache_alloc_slow(unsigned cls) {
     }
   }
   CacheBin& b = tc->bins[cls];
-  if (b.count) return b.slots[--b.count];  // refilled by a nested call
+  if (b.count) return bin_pop(b);  // refilled by a nested call
   if (b.cap == 0) {  // a cache class: straight to its slabs
     void* p;
     if (!g_central[tc->shard][cls].alloc_batch(cls, &p, 1)) return os::fail_nomem();
@@ -191,7 +191,7 @@ void* thread_cache_alloc_slow(unsigned cls) {
   b.count = static_cast<uint32_t>(g_central[tc->shard][cls].alloc_batch(cls, b.slots, want));
   tc->refills++;
   if (!b.count) return os::fail_nomem();
-  void* p = b.slots[--b.count];
+  void* p = bin_pop(b);
   // The decay clock (and what hangs on it) runs on slow paths; p is taken first, as
   // the tick may free objects into this thread's bins.
   if (tc->refills % 64 == 0) decay_notice();

@@ -301,7 +301,7 @@ void* sample_small(unsigned cls) {
   void* p;
   size_t size = class_size(cls);
   if (cls >= kFirstCacheClass) {
-    p = heap::alloc_class(cls);  // a cache object stays in its slab
+    p = heap::take_object(cls);  // a cache object stays in its slab (handed out by the caller)
   } else {
     // A large span straight from the page heap (a small object's pages never need
     // alloc_large's huge, guard or memory-limit handling; its decay notice comes
