@@ -341,7 +341,7 @@ void free_bulk_class_nodes(unsigned cls, void* const* ptrs, size_t n) {
     if (nr) percpu_remote_flush(remote, nr);
     if (nl == 0) continue;
     size_t left = nl - percpu_put(cls, local, nl);
-    if (left) depot_give(cls, local, left);
+    if (left) depot_give(current_shard(), cls, local, left);
   }
 }
 
@@ -354,8 +354,9 @@ void put_back_bulk(unsigned cls, void* const* ptrs, size_t n) {
   // full sheaves, or to the slabs once the depot is at its bound.
   size_t left = n && g_percpu ? n - percpu_put(cls, ptrs, n) : n;
   if (left == 0) return;
+  const unsigned here = current_shard();
   for (size_t i = 0; i < left; i += kMaxBatch)
-    depot_give(cls, ptrs + i, left - i < kMaxBatch ? left - i : kMaxBatch);
+    depot_give(here, cls, ptrs + i, left - i < kMaxBatch ? left - i : kMaxBatch);
   decay_notice();  // past the CPU sheaf, as a drain
 }
 

@@ -11,6 +11,7 @@
 #include "core/alloc/depot.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/grace.h"
+#include "core/alloc/hit_counter.h"
 #include "core/alloc/huge_cache.h"
 #include "core/alloc/memory_limit.h"
 #include "core/alloc/meta_arena.h"

@@ -55,7 +55,7 @@ bool steal(uint32_t c, CpuMeta& m, unsigned keep) {
     if (k < 0) return false;
     m.capacity_bytes -= size_t{step} * class_size(v);
     m.steals++;
-    if (k) depot_give(v, spill, static_cast<size_t>(k));
+    if (k) depot_give(shard_of_cpu(c), v, spill, static_cast<size_t>(k));
     return true;
   }
   return false;

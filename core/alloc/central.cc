@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "core/alloc/background.h"
-#include "core/alloc/obj_cache.h"
 
 namespace uslab {
 
@@ -15,6 +14,14 @@ USLAB_LOCK_SET(kCentral, [] { return shard_count_now() * uint32_t{kMaxClasses - 
 USLAB_LARGE_ZERO constinit ShardFreeBytes g_central_free_bytes[kMaxShards];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
+
+namespace {
+constinit std::atomic<CacheSlabInit> cache_slab_init_{nullptr};
+}  // namespace
+
+void central_set_cache_slab_init(CacheSlabInit init) {
+  cache_slab_init_.store(init, std::memory_order_release);
+}
 
 void abort_if_configured() {
   config_init();
@@ -82,7 +89,7 @@ Span* CentralList::new_slab(unsigned cls) {
   // constructor or the poison, then closed until each object is handed out.
   const size_t bytes = size_t{info.objects} * info.size;
   track_open(s->start, bytes);
-  if (cls >= kFirstCacheClass) obj_cache_init_slab(cls, s->start, info.objects);
+  if (cls >= kFirstCacheClass) cache_slab_init_.load(std::memory_order_acquire)(cls, s->start, info.objects);
   else if (g_config.poison) memset(s->start, kPoisonByte, bytes);
   track_close(s->start, bytes);
   for (uint32_t i = 0; i < s->npages; i++) PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);

@@ -129,6 +129,24 @@ extern ShardFreeBytes g_central_free_bytes[kMaxShards];
 // of other shards count as remote frees.
 constexpr unsigned kNoShard = ~0u;
 void central_free(unsigned cls, void* const* ptrs, size_t n, unsigned from = kNoShard);
+
+// The objects of a new slab of an object cache's class are made by the cache (its
+// constructor, or its poison) before the slab is published: obj_cache.cc registers
+// this when it makes its first cache, before a slab of such a class can be carved.
+using CacheSlabInit = void (*)(unsigned cls, char* start, size_t n);
+void central_set_cache_slab_init(CacheSlabInit init);
+
+constexpr unsigned char kPoisonByte = 0x6b;  // as SLUB's POISON_FREE
+
+// The first of n bytes at p that is not kPoisonByte (n when all are): where a
+// poisoned object was written after it was freed.
+inline size_t first_unpoisoned(const void* p, size_t n) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  size_t i = 0;
+  while (i < n && b[i] == kPoisonByte) i++;
+  return i;
+}
+
 // A class's counters summed over the shards.
 CentralStats central_stats(unsigned cls);
 // Every shard's spare empty slab of cls back to the page heap.

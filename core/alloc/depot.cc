@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "core/alloc/meta_arena.h"
-#include "core/alloc/percpu.h"
 
 namespace uslab {
 
@@ -119,11 +118,10 @@ DepotStats Depot::stats() {
   return DepotStats{objects_, hits_, remote_};
 }
 
-void depot_give(unsigned cls, void* const* objs, size_t n) {
+void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n) {
   // Grouped by owner, not cut into runs: the drains of a server whose threads free
   // each other's objects alternate owners, and runs of one or two objects made
   // sheaves of one or two objects, so that every refill missed again at once.
-  const unsigned here = current_shard();
   void* mine[kMaxBatch];
   void* rest[2][kMaxBatch];
   int which = 0;

@@ -83,9 +83,10 @@ class alignas(64) Depot {
 
 extern Depot g_depot[kMaxShards][kMaxClasses];
 
-// n (≤ kMaxBatch) objects of class cls to the depots of the shards that own their
-// slabs, grouped by owner: one depot lock per owner.
-void depot_give(unsigned cls, void* const* objs, size_t n);
+// n (≤ kMaxBatch) objects of class cls, freed on a CPU (or thread) of shard `here`,
+// to the depots of the shards that own their slabs, grouped by owner: one depot lock
+// per owner; those of other shards counted as remote.
+void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n);
 
 // A class's counters summed over the shards.
 DepotStats depot_stats(unsigned cls);

@@ -18,6 +18,18 @@ USLAB_LARGE_ZERO constinit ObjCache* registry_[kMaxClasses] = {};
 
 bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 
+// A slab of cache class cls was just carved (not yet published; central.h's hook):
+// its n objects constructed or poisoned.
+void init_slab(unsigned cls, char* start, size_t n) {
+  const ObjCache* c = obj_cache_of(cls);
+  if (!c) return;
+  if (c->ctor) {
+    for (size_t i = 0; i < n; i++) c->ctor(start + i * c->size);
+  } else if (c->flags & kCachePoison) {
+    memset(start, kPoisonByte, n * c->size);
+  }
+}
+
 }  // namespace
 
 ObjCache* obj_cache_create(const char* name, size_t size, size_t align, unsigned flags,
@@ -35,6 +47,7 @@ ObjCache* obj_cache_create(const char* name, size_t size, size_t align, unsigned
   if (osize > kMaxSmall) return nullptr;
 
   LockGuard g(registry_lock_);
+  central_set_cache_slab_init(init_slab);  // before any slab of a cache class exists
   unsigned cls = kFirstCacheClass;
   while (cls < kMaxClasses && (registry_[cls] || records_[cls].retired)) cls++;
   if (cls == kMaxClasses) {
@@ -76,16 +89,6 @@ void obj_cache_destroy(ObjCache* c) {
 
 ObjCache* obj_cache_of(unsigned cls) {
   return cls < kMaxClasses ? __atomic_load_n(&registry_[cls], __ATOMIC_ACQUIRE) : nullptr;
-}
-
-void obj_cache_init_slab(unsigned cls, char* start, size_t n) {
-  const ObjCache* c = obj_cache_of(cls);
-  if (!c) return;
-  if (c->ctor) {
-    for (size_t i = 0; i < n; i++) c->ctor(start + i * c->size);
-  } else if (c->flags & kCachePoison) {
-    memset(start, kPoisonByte, n * c->size);
-  }
 }
 
 void obj_cache_on_alloc(const ObjCache* c, void* p) {

@@ -35,17 +35,6 @@ enum : unsigned {
   kCacheFlags = kCacheZero | kCacheHwAlign | kCachePoison,
 };
 
-constexpr unsigned char kPoisonByte = 0x6b;  // as SLUB's POISON_FREE
-
-// The first of n bytes at p that is not kPoisonByte (n when all are): where a
-// poisoned object was written after it was freed.
-inline size_t first_unpoisoned(const void* p, size_t n) {
-  const unsigned char* b = static_cast<const unsigned char*>(p);
-  size_t i = 0;
-  while (i < n && b[i] == kPoisonByte) i++;
-  return i;
-}
-
 constexpr size_t kCacheLine = 64;
 
 struct ObjCache {
@@ -67,9 +56,6 @@ void obj_cache_destroy(ObjCache* c);
 // The cache of a cache class (nullptr for size classes and free cache classes).
 ObjCache* obj_cache_of(unsigned cls);
 
-// A slab of cache class cls was just carved (not yet published): construct or poison
-// its n objects.
-void obj_cache_init_slab(unsigned cls, char* start, size_t n);
 // Allocation of p from c: check the poison, clear (zero flag). Free: write the poison.
 void obj_cache_on_alloc(const ObjCache* c, void* p);
 inline void obj_cache_on_free(const ObjCache* c, void* p) {

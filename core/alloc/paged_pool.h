@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/ds/list.h"
+#include "core/ds/ds.h"
 #include "core/platform/platform.h"
 
 namespace uslab {

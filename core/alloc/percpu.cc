@@ -133,7 +133,7 @@ void push_or_give(unsigned cls, void** buf, size_t n) {
   if (n == 0) return;
   n -= on_current_cpu(cls, n, Miss::kNone,
                       [&](uint32_t c) { return percpu_push_batch(c, cls, buf, n); });
-  if (n) depot_give(cls, buf, n);
+  if (n) depot_give(current_shard(), cls, buf, n);
 }
 
 // The L2 size (512 KiB … 4 MiB), and no more than a 16 MiB share for `cpus` CPUs
@@ -250,12 +250,12 @@ void percpu_free_slow(void* p, unsigned cls) {
     long k = percpu_push_draining(c, cls, p, buf, batch_size(cls) - 1);
     if (k == kSheafMoved) continue;
     if (k == kSheafDoubleFree) return report_bad_free(p, "double free", cls);
-    if (k == kSheafClosed) return depot_give(cls, &p, 1);
+    if (k == kSheafClosed) return depot_give(shard_of_cpu(c), cls, &p, 1);
     if (k > 0) {
       buf[k++] = p;
       USLAB_PROBE(sheaf_drain, cls, k);
       bump(meta_[c].class_drains[cls]);
-      depot_give(cls, buf, static_cast<size_t>(k));
+      depot_give(shard_of_cpu(c), cls, buf, static_cast<size_t>(k));
     }
     return;
   }

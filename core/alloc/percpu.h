@@ -214,6 +214,7 @@ inline void sheaf_release(void* const*, size_t) {}
 constexpr long kSheafMoved = -1, kSheafDoubleFree = -2, kSheafClosed = -3;
 
 #if defined(__x86_64__)
+// clang-format off (the sections keep their hand layout)
 
 // --- restartable sections (x86-64) ---------------------------------------------
 //
@@ -567,6 +568,7 @@ inline long percpu_peek(uint32_t cpu, unsigned cls, void** top) {
   return r;
 }
 
+// clang-format on
 #else  // !__x86_64__: no per-CPU mode (rseq_init_process says kNone); never called.
 
 inline void* percpu_alloc(unsigned cls) { return percpu_alloc_slow(cls); }

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "core/platform/os.h"
+#include "core/platform/platform.h"
 
 namespace uslab {
 

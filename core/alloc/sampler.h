@@ -25,7 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/alloc/thread_cache.h"
+#include "core/alloc/hit_counter.h"
+#include "core/ds/ds.h"
 
 namespace uslab {
 

@@ -30,18 +30,9 @@
 #include <cstdint>
 
 #include "core/alloc/central.h"
+#include "core/alloc/hit_counter.h"
 
 namespace uslab {
-
-// Both front ends count the allocations they serve in 16-bit counters, per bin here
-// and per CPU and class in percpu.h: every pop adds kHitStep, and the carry out of
-// the counter (every 4096 hits) sends that pop down a slow path that banks the hits
-// for the statistics and gives the decay tick (percpu.h) a chance to run in a
-// program whose caches never miss (as jemalloc's allocation-event ticks and
-// tcmalloc's sampling countdown do). With the heap profiler on, the counters are
-// set to carry on each sampled pop (sampler.h).
-constexpr unsigned kHitStep = 16;
-constexpr uint64_t kHitsPerCarry = 65536 / kHitStep;
 
 struct CacheBin {
   uint32_t count;

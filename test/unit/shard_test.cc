@@ -71,7 +71,7 @@ TEST_CASE("a drain leaves objects in the depot of the shard that owns them") {
   std::vector<void*> objs(n);
   REQUIRE(g_central[1][cls].alloc_batch(cls, objs.data(), n) == n);
   size_t d0 = g_depot[0][cls].stats().objects, d1 = g_depot[1][cls].stats().objects;
-  depot_give(cls, objs.data(), n);
+  depot_give(current_shard(), cls, objs.data(), n);
   REQUIRE(g_depot[0][cls].stats().objects == d0);
   REQUIRE(g_depot[1][cls].stats().objects == d1 + n);
   // Shard 1's next refill gets them back, hot.
@@ -94,7 +94,7 @@ TEST_CASE("a drain of interleaved owners makes one sheaf per owner, not one per 
     mixed.push_back(a[i]);
     mixed.push_back(b[i]);
   }
-  depot_give(cls, mixed.data(), mixed.size());
+  depot_give(current_shard(), cls, mixed.data(), mixed.size());
   // Each owner's next refill gets all of its objects in one take.
   std::vector<void*> back(batch_size(cls));
   REQUIRE(g_depot[0][cls].take(cls, back.data(), back.size()) == half);
