@@ -55,7 +55,8 @@ USLAB_EXPORT void* rallocx(void* p, size_t size, int flags) {
   void* q;
   if (align <= 16) {
     q = heap::realloc(p, size ? size : 1);
-  } else if (reinterpret_cast<uintptr_t>(p) % align == 0 && heap::resize_in_place(p, size) >= size) {
+  } else if (reinterpret_cast<uintptr_t>(p) % align == 0 &&
+             heap::resize_in_place(p, size) >= size) {
     q = p;
   } else {
     q = heap::alloc_aligned(size, align);

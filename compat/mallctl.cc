@@ -227,7 +227,8 @@ int ctl(const char* name, const Call& c) {
     return c.read(c.writes() ? g_epoch : old);
   }
   if (is("version")) return c.read_only(static_cast<const char*>("uslab-0.1.0"));
-  if (strncmp(name, "prof.", 5) == 0 || strncmp(name, "opt.prof", 8) == 0 || is("opt.lg_prof_sample"))
+  if (strncmp(name, "prof.", 5) == 0 || strncmp(name, "opt.prof", 8) == 0 ||
+      is("opt.lg_prof_sample"))
     if (int r = prof_ctl(name, c); r >= 0) return r;
   if (is("thread.tcache.flush")) {
     if (int err = c.neither()) return err;
@@ -235,7 +236,8 @@ int ctl(const char* name, const Call& c) {
     return 0;
   }
   bool bad_index;
-  if (const char* rest = arena_name(name, &bad_index)) return bad_index ? ENOENT : arena_ctl(rest, c);
+  if (const char* rest = arena_name(name, &bad_index))
+    return bad_index ? ENOENT : arena_ctl(rest, c);
   if (is("arenas.narenas") || is("opt.narenas")) return c.read_only(kArenas);
   if (is("arenas.page")) return c.read_only(heap::kPage);
   if (is("arenas.dirty_decay_ms")) return decay_ctl(c);

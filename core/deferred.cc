@@ -34,7 +34,7 @@ constinit Mutex queue_lock_;
 USLAB_LOCK_ONE(kDeferredQueue, queue_lock_);
 DeferBlock* head_ = nullptr;  // sealed, oldest first (stamps never decrease)
 DeferBlock* tail_ = nullptr;
-void* chain_ = nullptr;       // emergency chain: objects linked through their first word
+void* chain_ = nullptr;  // emergency chain: objects linked through their first word
 void* chain_tail_ = nullptr;
 uint64_t chain_stamp_ = 0;
 size_t chain_count_ = 0;
@@ -54,8 +54,9 @@ USLAB_LOCK_ONE(kDeferredSlotsInit, slots_init_lock_);
 DeferSlot* slots_ = nullptr;
 uint32_t nslots_ = 0;
 constinit std::atomic<bool> decided_{false};
-USLAB_LOCK_SET(kDeferredSlot, [] { return decided_.load(std::memory_order_acquire) ? nslots_ : 0u; },
-               [](uint32_t i) { return &slots_[i].lock; });
+USLAB_LOCK_SET(
+    kDeferredSlot, [] { return decided_.load(std::memory_order_acquire) ? nslots_ : 0u; },
+    [](uint32_t i) { return &slots_[i].lock; });
 
 DeferBlock* new_block() {
   int saved = errno;
@@ -158,8 +159,10 @@ void free_chain(void* p) {
     bool ok;
     void* next = chain_next(p, &ok);
     if (!ok) {
-      os::print_stderr("uslab: deferred object %p was written after uslab_free_deferred (its "
-                       "link in the emergency chain); the objects after it are leaked\n", p);
+      os::print_stderr(
+          "uslab: deferred object %p was written after uslab_free_deferred (its "
+          "link in the emergency chain); the objects after it are leaked\n",
+          p);
       abort_if_configured();
     }
     batch[n++] = p;
@@ -396,8 +399,7 @@ void deferred_tick() {
 }
 
 void deferred_barrier() {
-  if (grace_in_section())
-    grace_misuse("uslab_deferred_barrier called inside a read-side section");
+  if (grace_in_section()) grace_misuse("uslab_deferred_barrier called inside a read-side section");
   decide();
   seal_open(true);
   uint64_t blocks, chained;
@@ -442,7 +444,8 @@ DeferredStats deferred_stats(size_t* per_class) {
     LockGuard g(queue_lock_);
     if (per_class) {
       for (DeferBlock* b = head_; b; b = b->next)
-        for (size_t i = 0; i < b->count; i++) per_class[PageMap::entry(b->ptrs[i]) & PageMap::kClassMask]++;
+        for (size_t i = 0; i < b->count; i++)
+          per_class[PageMap::entry(b->ptrs[i]) & PageMap::kClassMask]++;
       for (void* p = chain_; p;) {
         per_class[PageMap::entry(p) & PageMap::kClassMask]++;
         bool ok;

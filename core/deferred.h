@@ -64,20 +64,19 @@ void deferred_tick();
 size_t deferred_pending_objects();
 
 struct DeferredStats {
-  size_t blocks;            // sealed blocks waiting (queued or being freed)
-  size_t objects_pending;   // pointers not freed yet (open sheaves and slots too)
-  size_t bytes_waiting;     // their usable bytes (sealed blocks and emergency chain)
-  size_t emergency_objects; // of them, chained through their own memory
-  uint64_t grace_periods;   // grace periods seen complete
-  uint64_t blocks_freed;    // blocks freed so far
-  uint64_t batches_freed;   // blocks and emergency chains freed so far
-  uint64_t objects_freed;   // deferred objects freed so far
-  bool membarrier;          // writers use membarrier (else readers fence)
+  size_t blocks;             // sealed blocks waiting (queued or being freed)
+  size_t objects_pending;    // pointers not freed yet (open sheaves and slots too)
+  size_t bytes_waiting;      // their usable bytes (sealed blocks and emergency chain)
+  size_t emergency_objects;  // of them, chained through their own memory
+  uint64_t grace_periods;    // grace periods seen complete
+  uint64_t blocks_freed;     // blocks freed so far
+  uint64_t batches_freed;    // blocks and emergency chains freed so far
+  uint64_t objects_freed;    // deferred objects freed so far
+  bool membarrier;           // writers use membarrier (else readers fence)
 };
 // With per_class (kMaxClasses entries), also the queued objects (sealed blocks and
 // the emergency chain, not the open sheaves) of each class (0: large objects).
 DeferredStats deferred_stats(size_t* per_class = nullptr);
-
 
 // fork (the queue and slot locks are in the lock table): prepare, with every lock
 // held, notes whether the forking thread is the poller; the child requeues what

@@ -58,7 +58,8 @@ void free(void* p) {
       g_forwarded.fetch_add(1, std::memory_order_relaxed);
       return g_hooks.free(p);
     case Config::ForeignFree::kReport:
-      os::print_stderr("uslab: free of %p, not allocated by uslab: left alone (foreign_free=report)\n", p);
+      os::print_stderr(
+          "uslab: free of %p, not allocated by uslab: left alone (foreign_free=report)\n", p);
       return;
     case Config::ForeignFree::kAbort:
       break;
@@ -67,7 +68,8 @@ void free(void* p) {
 }
 
 size_t usable_size(const void* p) {
-  if (g_config.foreign_free == Config::ForeignFree::kForward && g_hooks.usable_size && looks_like_glibc(p))
+  if (g_config.foreign_free == Config::ForeignFree::kForward && g_hooks.usable_size &&
+      looks_like_glibc(p))
     return g_hooks.usable_size(const_cast<void*>(p));
   return 0;
 }

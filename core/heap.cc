@@ -35,7 +35,9 @@ bool is_huge(const Span* s) { return s->segment->kind == SegmentKind::kHuge; }
 
 // A large span's usable size: its pages, or the class size of the small object the
 // profiler sampled into it (the program sees the size it would have had unsampled).
-size_t large_usable(const Span* s) { return s->sampled == Span::kSampledSmall ? s->obj_size : s->bytes(); }
+size_t large_usable(const Span* s) {
+  return s->sampled == Span::kSampledSmall ? s->obj_size : s->bytes();
+}
 
 void free_huge(Segment* seg) {
   g_huge_count.fetch_sub(1, std::memory_order_relaxed);
@@ -203,7 +205,8 @@ Span* huge_resize(Span* l, size_t size, bool may_move) {
 // them).
 void track_resized(const Span* l, size_t old_bytes) {
   track_resize(l->start, old_bytes, l->bytes());
-  if (l->bytes() < old_bytes && !is_huge(l)) track_close(l->start + l->bytes(), old_bytes - l->bytes());
+  if (l->bytes() < old_bytes && !is_huge(l))
+    track_close(l->start + l->bytes(), old_bytes - l->bytes());
 }
 
 // Large span l was resized in place, or moved from `was` (its old start): the
@@ -280,7 +283,8 @@ void* realloc(void* p, size_t size) {
     // A huge block that must grow moves its pages to a bigger mapping, not a copy:
     // the peak holds the block once (a copy held both until the free).
     Span* moved = !resized && is_huge(l) && !g_config.guard && huge_size(size)
-                      ? huge_resize(l, size, true) : nullptr;
+                      ? huge_resize(l, size, true)
+                      : nullptr;
     if (resized && l->bytes() != old_bytes) track_resized(l, old_bytes);
     if (moved) track_move(p, moved->start, moved->bytes());
     if (resized && l->bytes() != old_size) resampled(l);
@@ -315,7 +319,8 @@ size_t hand_out_bulk(unsigned cls, size_t n, void** out) {
   for (size_t i = 0; i < n; i++)
     if (sample_large(class_size(cls)))
       if (void* q = g_sample_hooks->small(cls)) {
-        if (ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr) obj_cache_on_free(c, out[i]);
+        if (ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr)
+          obj_cache_on_free(c, out[i]);
         free_object(out[i], cls);
         out[i] = q;
       }
@@ -464,8 +469,9 @@ void free_bulk(size_t n, void* const* ptrs) {
     if (__builtin_expect(!slab.holds(p), 0)) {
       unsigned cls;
       const ObjCache* c;
-      bool alone = i + 1 == n || ((reinterpret_cast<uintptr_t>(p) ^
-                                   reinterpret_cast<uintptr_t>(ptrs[i + 1])) >> kPageShift) != 0;
+      bool alone = i + 1 == n ||
+                   ((reinterpret_cast<uintptr_t>(p) ^ reinterpret_cast<uintptr_t>(ptrs[i + 1])) >>
+                    kPageShift) != 0;
       Span* s = p && !alone ? bulk_lookup(p, &cls, &c) : nullptr;
       if (!s || cls != run_cls) {
         free_run(run_cls, ptrs + run, i - run);
@@ -643,11 +649,19 @@ Stats stats() {
   for (unsigned n = 0; n < kTopoMaxNodes; n++) st.remote_node_frees += rs.received[n];
   st.remote_node_pending = rs.pending;
   switch (background_state()) {  // as uslab.h numbers them
-    case BackgroundState::kIdle: st.background = 0; break;
+    case BackgroundState::kIdle:
+      st.background = 0;
+      break;
     case BackgroundState::kWanted:
-    case BackgroundState::kStarting: st.background = 1; break;
-    case BackgroundState::kRunning: st.background = 2; break;
-    case BackgroundState::kFailed: st.background = 3; break;
+    case BackgroundState::kStarting:
+      st.background = 1;
+      break;
+    case BackgroundState::kRunning:
+      st.background = 2;
+      break;
+    case BackgroundState::kFailed:
+      st.background = 3;
+      break;
   }
   return st;
 }
@@ -684,7 +698,8 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   }
   if (g_config.poison || g_config.guard)
     out("checks: poison %s (freed small objects, checked when allocated again), guard pages "
-        "%s (around large objects)\n", g_config.poison ? "on" : "off", g_config.guard ? "on" : "off");
+        "%s (around large objects)\n",
+        g_config.poison ? "on" : "off", g_config.guard ? "on" : "off");
   const Topology& topo = topology_in_use();
   out("topology: %u possible CPUs, %u NUMA node%s%s, %u shards of %u CPUs, L2 %zu KiB (%s)\n",
       topo.cpus_possible, topo.nodes, topo.nodes == 1 ? "" : "s",
@@ -695,44 +710,47 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     percpu_remote_stats(&rs);
     for (unsigned n = 0; n < topo.nodes; n++) {
       unsigned first;
-      out("node %u: %u CPUs, %u shards, %zu remote-node frees received\n", n,
-          topo.cpus_of_node(n), shards_of_node(n, &first), static_cast<size_t>(rs.received[n]));
+      out("node %u: %u CPUs, %u shards, %zu remote-node frees received\n", n, topo.cpus_of_node(n),
+          shards_of_node(n, &first), static_cast<size_t>(rs.received[n]));
     }
     out("remote-node buffers: %zu objects pending, %zu flushes\n", rs.pending,
         static_cast<size_t>(rs.flushes));
   }
   size_t deferred[kMaxClasses];
   DeferredStats d = deferred_stats(deferred);
-  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %11s %9s %9s %9s %9s %9s %9s %9s\n", "class",
-      "size", "slabs", "objects", "active", "cpu", "depot", "thread", "free", "hits", "refills",
-      "drains", "depot-hit", "slab-out", "slab-in", "deferred", "remote");
+  out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %11s %9s %9s %9s %9s %9s %9s %9s\n", "class", "size",
+      "slabs", "objects", "active", "cpu", "depot", "thread", "free", "hits", "refills", "drains",
+      "depot-hit", "slab-out", "slab-in", "deferred", "remote");
   for (unsigned c = 1; c < kNumClasses; c++) {
     CentralStats cs = central_stats(c);
     if (cs.slabs == 0 && cs.batches_out == 0) continue;
     size_t used = cs.objects - cs.free_objects;
     size_t active = used > cached.total(c) ? used - cached.total(c) : 0;
     const DepotStats& dp = cached.depot[c];
-    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %11zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu\n",
-        c, (unsigned)class_size(c), cs.slabs, cs.objects, active, cached.cpu[c].cpu_objects,
+    out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %11zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu\n", c,
+        (unsigned)class_size(c), cs.slabs, cs.objects, active, cached.cpu[c].cpu_objects,
         dp.objects, cached.thread[c], cs.free_objects, (size_t)cached.hits[c],
-        (size_t)cached.cpu[c].refills,
-        (size_t)cached.cpu[c].drains, (size_t)dp.hits, (size_t)cs.batches_out,
-        (size_t)cs.batches_in, deferred[c], (size_t)(dp.remote + cs.remote));
+        (size_t)cached.cpu[c].refills, (size_t)cached.cpu[c].drains, (size_t)dp.hits,
+        (size_t)cs.batches_out, (size_t)cs.batches_in, deferred[c],
+        (size_t)(dp.remote + cs.remote));
   }
   struct CacheLines {
     decltype(out)& print;
     const CachedCounts& cached;
     const size_t* deferred;
   } lines{out, cached, deferred};
-  obj_cache_for_each([](const ObjCache* c, void* arg) {
-    auto& l = *static_cast<CacheLines*>(arg);
-    CentralStats cs = central_stats(c->cls);
-    size_t used = cs.objects - cs.free_objects;
-    size_t active = used > l.cached.total(c->cls) ? used - l.cached.total(c->cls) : 0;
-    l.print("cache %-24s size %6u align %4u slabs %6zu objects %9zu active %9zu deferred %zu%s\n",
+  obj_cache_for_each(
+      [](const ObjCache* c, void* arg) {
+        auto& l = *static_cast<CacheLines*>(arg);
+        CentralStats cs = central_stats(c->cls);
+        size_t used = cs.objects - cs.free_objects;
+        size_t active = used > l.cached.total(c->cls) ? used - l.cached.total(c->cls) : 0;
+        l.print(
+            "cache %-24s size %6u align %4u slabs %6zu objects %9zu active %9zu deferred %zu%s\n",
             c->name, c->size, c->align, cs.slabs, cs.objects, active, l.deferred[c->cls],
             c->retired ? " (destroyed)" : "");
-  }, &lines);
+      },
+      &lines);
   Stats st = stats();
   out("cached: %zu bytes in CPU sheaves, %zu in depots, %zu in thread caches\n", st.cpu_cached,
       st.depot_cached, st.thread_cached);
@@ -744,10 +762,10 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       "OS, %zu metadata; %zu segments advised huge pages (THP %s)\n",
       st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata,
       st.huge_segments,
-      !g_config.thp                               ? "off: thp=false"
-      : os::thp_mode() == os::ThpMode::kNever     ? "off: the system's setting is never"
-      : os::thp_mode() == os::ThpMode::kMadvise   ? "on, system setting madvise"
-                                                  : "on, system setting always");
+      !g_config.thp                             ? "off: thp=false"
+      : os::thp_mode() == os::ThpMode::kNever   ? "off: the system's setting is never"
+      : os::thp_mode() == os::ThpMode::kMadvise ? "on, system setting madvise"
+                                                : "on, system setting always");
   out("deferred: %zu objects pending (%zu bytes in %zu sealed blocks, %zu chained), "
       "%zu freed in %zu blocks, %zu grace periods (%s)\n",
       d.objects_pending, d.bytes_waiting, d.blocks, d.emergency_objects, (size_t)d.objects_freed,
@@ -759,7 +777,8 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   write(opaque, line);
   if (size_t n = foreign::forwarded())
     out("foreign: %zu frees of glibc's blocks (RTLD_DEEPBIND libraries, launchers) forwarded "
-        "to glibc\n", n);
+        "to glibc\n",
+        n);
   if (prof::enabled()) {
     prof::Stats ps = prof::stats();
     out("prof: %s, a sample every %zu bytes on average: %zu samples, %zu live (%zu bytes "
@@ -819,10 +838,11 @@ void topology_print(void (*write)(void*, const char*), void* opaque) {
   }
   NodeBinding b = node_binding();
   out("\n  memory bound to nodes: %s\n",
-      b == NodeBinding::kBound        ? "yes (mbind, preferred)"
-      : b == NodeBinding::kSynthetic  ? "no (synthetic nodes)"
-      : b == NodeBinding::kTaskPolicy ? "no (the process has a memory policy: the kernel applies it)"
-                                      : "no (one node)");
+      b == NodeBinding::kBound       ? "yes (mbind, preferred)"
+      : b == NodeBinding::kSynthetic ? "no (synthetic nodes)"
+      : b == NodeBinding::kTaskPolicy
+          ? "no (the process has a memory policy: the kernel applies it)"
+          : "no (one node)");
   if (g_percpu) {
     PerCpuStats pc = percpu_stats();
     out("  mode: %s; sheaves for CPU ids below %u; %zu bytes of sheaf capacity per CPU\n",
@@ -842,11 +862,13 @@ int g_report_fd = 2;
 }  // namespace
 
 void stats_print_stderr() {
-  stats_print([](void*, const char* t) {
-    size_t n = 0;
-    while (t[n]) n++;
-    os::write_fd(g_report_fd, t, n);
-  }, nullptr);
+  stats_print(
+      [](void*, const char* t) {
+        size_t n = 0;
+        while (t[n]) n++;
+        os::write_fd(g_report_fd, t, n);
+      },
+      nullptr);
 }
 
 USLAB_STARTUP_TEXT void init() {

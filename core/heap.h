@@ -142,30 +142,30 @@ void set_background(bool on);
 void flush_thread_cache();
 
 struct Stats {
-  size_t mapped;          // segment bytes mapped
-  size_t metadata;        // descriptor and cache bytes mapped (less descriptor pages purged),
-                          // the shards' arrays made resident, the CPUs' header pages
+  size_t mapped;    // segment bytes mapped
+  size_t metadata;  // descriptor and cache bytes mapped (less descriptor pages purged),
+                    // the shards' arrays made resident, the CPUs' header pages
   size_t small_slab_bytes;
-  size_t small_allocated; // bytes in live small objects (approximate while running)
-  size_t large_allocated; // bytes in live large spans
+  size_t small_allocated;  // bytes in live small objects (approximate while running)
+  size_t large_allocated;  // bytes in live large spans
   size_t huge_count;
   size_t huge_allocated;
-  size_t free_bytes;      // in free spans
-  size_t dirty_bytes;     // free but still resident
-  size_t purged_bytes;    // returned to the OS so far
-  size_t huge_segments;   // segments advised to use transparent huge pages
+  size_t free_bytes;     // in free spans
+  size_t dirty_bytes;    // free but still resident
+  size_t purged_bytes;   // returned to the OS so far
+  size_t huge_segments;  // segments advised to use transparent huge pages
   size_t thread_caches;
-  size_t cpu_cached;      // bytes in per-CPU sheaves
-  size_t depot_cached;    // bytes in depot sheaves
-  size_t thread_cached;   // bytes in thread caches
+  size_t cpu_cached;     // bytes in per-CPU sheaves
+  size_t depot_cached;   // bytes in depot sheaves
+  size_t thread_cached;  // bytes in thread caches
   // Derived totals (what jemalloc's stats.* and uslab_stats_get report):
-  size_t allocated;       // small + large + huge live bytes
-  size_t active;          // slabs, large spans and huge objects holding them
-  size_t resident;        // mapped minus purged free pages, plus metadata (estimate)
-  unsigned nodes;         // NUMA nodes of the topology in use
-  uint64_t remote_node_frees;   // objects flushed to their node from CPUs of other nodes
-  size_t remote_node_pending;   // objects waiting in the CPUs' remote-node buffers
-  unsigned background;          // USLAB_BACKGROUND_* (uslab.h)
+  size_t allocated;            // small + large + huge live bytes
+  size_t active;               // slabs, large spans and huge objects holding them
+  size_t resident;             // mapped minus purged free pages, plus metadata (estimate)
+  unsigned nodes;              // NUMA nodes of the topology in use
+  uint64_t remote_node_frees;  // objects flushed to their node from CPUs of other nodes
+  size_t remote_node_pending;  // objects waiting in the CPUs' remote-node buffers
+  unsigned background;         // USLAB_BACKGROUND_* (uslab.h)
   size_t cached() const { return cpu_cached + depot_cached + thread_cached; }
 };
 Stats stats();

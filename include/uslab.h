@@ -18,40 +18,42 @@ extern "C" {
 #define USLAB_VERSION "0.1.0"
 
 /* The version string of the loaded library. */
-const char *uslab_version(void);
+const char* uslab_version(void);
 
 /* Writes the slabinfo-style statistics table through write_cb, one line per call.
  * Allocates nothing, so it may be called from a signal-free context at any time. */
-void uslab_stats_print(void (*write_cb)(void *opaque, const char *text), void *opaque);
+void uslab_stats_print(void (*write_cb)(void* opaque, const char* text), void* opaque);
 
 /* Numbers for programs (the same the statistics table prints). */
 typedef struct uslab_stats {
-  size_t allocated;  /* bytes in live objects */
-  size_t active;     /* bytes of slabs, large spans and huge mappings holding them */
-  size_t resident;   /* estimate: mapped minus purged free pages, plus metadata */
-  size_t mapped;     /* bytes of segments mapped */
-  size_t metadata;   /* bytes of uslab's own descriptors and caches */
-  size_t cached;     /* bytes of free objects in CPU sheaves, depots, thread caches */
-  size_t returned;   /* bytes returned to the OS so far (cumulative) */
-  unsigned mode;     /* USLAB_MODE_* below */
-  unsigned cpus;     /* CPUs whose sheaves are in use (per-CPU modes) */
+  size_t allocated;        /* bytes in live objects */
+  size_t active;           /* bytes of slabs, large spans and huge mappings holding them */
+  size_t resident;         /* estimate: mapped minus purged free pages, plus metadata */
+  size_t mapped;           /* bytes of segments mapped */
+  size_t metadata;         /* bytes of uslab's own descriptors and caches */
+  size_t cached;           /* bytes of free objects in CPU sheaves, depots, thread caches */
+  size_t returned;         /* bytes returned to the OS so far (cumulative) */
+  unsigned mode;           /* USLAB_MODE_* below */
+  unsigned cpus;           /* CPUs whose sheaves are in use (per-CPU modes) */
   size_t deferred_objects; /* objects given to uslab_free_deferred, not freed yet */
   size_t deferred_bytes;   /* their bytes, in sealed blocks and the emergency chain */
   size_t deferred_blocks;  /* sealed blocks waiting for their grace period */
-  unsigned long long grace_periods; /* grace periods completed */
-  unsigned long long deferred_batches; /* batches of deferred objects freed so far */
-  unsigned nodes;              /* NUMA nodes of the topology in use */
+  unsigned long long grace_periods;     /* grace periods completed */
+  unsigned long long deferred_batches;  /* batches of deferred objects freed so far */
+  unsigned nodes;                       /* NUMA nodes of the topology in use */
   unsigned long long remote_node_frees; /* objects freed on a CPU of another node than
                                            theirs, flushed back to their node so far */
-  size_t remote_node_pending;  /* such objects still in the CPUs' remote-node buffers */
-  unsigned background;         /* USLAB_BACKGROUND_* below: the background thread */
+  size_t remote_node_pending;           /* such objects still in the CPUs' remote-node buffers */
+  unsigned background;                  /* USLAB_BACKGROUND_* below: the background thread */
 } uslab_stats_t;
 
-#define USLAB_BACKGROUND_NONE 0    /* not started: nothing to give back yet (or =false) */
-#define USLAB_BACKGROUND_WANTED 1  /* to be started at the allocator's next call from
+#define USLAB_BACKGROUND_NONE 0 /* not started: nothing to give back yet (or =false) */
+#define USLAB_BACKGROUND_WANTED \
+  1 /* to be started at the allocator's next call from
                                       outside libc */
 #define USLAB_BACKGROUND_RUNNING 2
-#define USLAB_BACKGROUND_FAILED 3  /* could not be started (pthread_create failed, or a
+#define USLAB_BACKGROUND_FAILED \
+  3 /* could not be started (pthread_create failed, or a
                                       seccomp filter): memory returns on allocator calls */
 
 #define USLAB_MODE_PER_THREAD 0   /* per-thread caches */
@@ -60,12 +62,12 @@ typedef struct uslab_stats {
 
 /* Fills *out; size is sizeof(uslab_stats_t) as the caller was compiled (fields
  * added later are left out for older callers). 0, or -1 with errno = EINVAL. */
-int uslab_stats_get(uslab_stats_t *out, size_t size);
+int uslab_stats_get(uslab_stats_t* out, size_t size);
 
 /* Writes what the topology providers (the start-up probe and hwloc, when libhwloc.so.15
  * can be loaded) see of the machine and what uslab uses: CPUs, NUMA nodes, caches,
  * shards, per-CPU cache budget, mode. Loads hwloc (milliseconds); `uslab topology`. */
-void uslab_topology_print(void (*write_cb)(void *opaque, const char *text), void *opaque);
+void uslab_topology_print(void (*write_cb)(void* opaque, const char* text), void* opaque);
 
 /* Returns cached free memory to the OS now (as malloc_trim(0)); bytes released. */
 size_t uslab_trim(void);
@@ -75,7 +77,7 @@ size_t uslab_trim(void);
    prof_prefix) with the live objects and everything allocated since start, and the
    folded stacks beside it (path.inuse.folded, path.alloc.folded). 0, or an errno
    value: EINVAL when profiling is off, else why the file could not be written. */
-int uslab_prof_dump(const char *path);
+int uslab_prof_dump(const char* path);
 
 /* ---- Object caches (the kernel's kmem_cache) ----
  * A cache hands out objects of one size and alignment from slabs of its own, through
@@ -87,28 +89,28 @@ int uslab_prof_dump(const char *path);
  * constructor together with ZERO or POISON are refused (NULL, errno = EINVAL). */
 typedef struct uslab_cache uslab_cache_t;
 
-#define USLAB_CACHE_ZERO    0x1u /* every allocation returns zeroed memory */
+#define USLAB_CACHE_ZERO 0x1u    /* every allocation returns zeroed memory */
 #define USLAB_CACHE_HWALIGN 0x2u /* objects aligned to the hardware cache line (64 bytes) */
-#define USLAB_CACHE_POISON  0x4u /* debug: freed objects are poisoned, checked on reuse */
+#define USLAB_CACHE_POISON 0x4u  /* debug: freed objects are poisoned, checked on reuse */
 
 /* NULL with errno = EINVAL (size 0, align not a power of two, bad flags) or ENOMEM. */
-uslab_cache_t *uslab_cache_create(const char *name, size_t size, size_t align,
-                                  unsigned flags, void (*ctor)(void *obj));
-void  *uslab_cache_alloc(uslab_cache_t *cache);
-void   uslab_cache_free(uslab_cache_t *cache, void *obj);
+uslab_cache_t* uslab_cache_create(const char* name, size_t size, size_t align, unsigned flags,
+                                  void (*ctor)(void* obj));
+void* uslab_cache_alloc(uslab_cache_t* cache);
+void uslab_cache_free(uslab_cache_t* cache, void* obj);
 /* n, or 0 with nothing allocated (all or nothing, as kmem_cache_alloc_bulk). */
-size_t uslab_cache_alloc_bulk(uslab_cache_t *cache, size_t n, void **out);
-void   uslab_cache_free_bulk(uslab_cache_t *cache, size_t n, void **objs);
+size_t uslab_cache_alloc_bulk(uslab_cache_t* cache, size_t n, void** out);
+void uslab_cache_free_bulk(uslab_cache_t* cache, size_t n, void** objs);
 /* Objects still allocated are reported on stderr by cache name and count, and
  * their memory stays valid. */
-void   uslab_cache_destroy(uslab_cache_t *cache);
+void uslab_cache_destroy(uslab_cache_t* cache);
 
 /* ---- Bulk allocation of malloc memory ----
  * uslab_alloc_bulk returns n, or 0 with nothing allocated (errno = ENOMEM).
  * uslab_free_bulk takes any pointers uslab handed out (malloc, caches, mixed sizes)
  * and skips NULLs. Both move whole batches between the layers. */
-size_t uslab_alloc_bulk(size_t size, size_t n, void **out);
-void   uslab_free_bulk(size_t n, void **ptrs);
+size_t uslab_alloc_bulk(size_t size, size_t n, void** out);
+void uslab_free_bulk(size_t n, void** ptrs);
 
 /* ---- Deferred free (RCU-style) ----
  * uslab_free_deferred(p) frees p only after every thread that was inside a
@@ -121,9 +123,9 @@ void   uslab_free_bulk(size_t n, void **ptrs);
  * other call is needed for memory to come back. NULL is a no-op.
  * uslab_synchronize and uslab_deferred_barrier wait, so calling them inside a
  * read-side section is reported and aborts. */
-void uslab_read_lock(void);          /* enter a read-side section; nestable */
+void uslab_read_lock(void); /* enter a read-side section; nestable */
 void uslab_read_unlock(void);
-void uslab_free_deferred(void *ptr); /* free after a grace period; NULL is a no-op */
+void uslab_free_deferred(void* ptr); /* free after a grace period; NULL is a no-op */
 void uslab_synchronize(void);        /* wait until a grace period has passed */
 void uslab_deferred_barrier(void);   /* wait until every deferred free queued before it is done */
 

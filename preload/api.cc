@@ -59,8 +59,9 @@ uslab::ObjCache* of(uslab_cache_t* c) { return reinterpret_cast<uslab::ObjCache*
 }  // namespace
 
 USLAB_EXPORT uslab_cache_t* uslab_cache_create(const char* name, size_t size, size_t align,
-                                              unsigned flags, void (*ctor)(void*)) {
-  return reinterpret_cast<uslab_cache_t*>(uslab::heap::cache_create(name, size, align, flags, ctor));
+                                               unsigned flags, void (*ctor)(void*)) {
+  return reinterpret_cast<uslab_cache_t*>(
+      uslab::heap::cache_create(name, size, align, flags, ctor));
 }
 
 USLAB_EXPORT void* uslab_cache_alloc(uslab_cache_t* cache) {

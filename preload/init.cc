@@ -73,7 +73,8 @@ void find_glibc_malloc() {
   using UsableFn = size_t (*)(void*);
   auto glibc_free = reinterpret_cast<FreeFn>(uslab::libc::dl_sym(RTLD_NEXT, kFree));
   auto glibc_usable = reinterpret_cast<UsableFn>(uslab::libc::dl_sym(RTLD_NEXT, kUsableSize));
-  if (glibc_free == uslab_own_free || glibc_usable == uslab_own_usable_size) return;  // ours, linked in
+  if (glibc_free == uslab_own_free || glibc_usable == uslab_own_usable_size)
+    return;  // ours, linked in
   uslab::foreign::set_hooks({glibc_free, glibc_usable},
                             reinterpret_cast<const void*>(syscall(SYS_brk, 0)));
 }
@@ -82,7 +83,8 @@ __attribute__((constructor(101))) void uslab_process_init() {
   drop_preload_for_children();
   find_glibc_malloc();
   uslab::heap::init();
-  __register_atfork(uslab::heap::fork_prepare, uslab::heap::fork_parent, uslab::heap::fork_child, nullptr);
+  __register_atfork(uslab::heap::fork_prepare, uslab::heap::fork_parent, uslab::heap::fork_child,
+                    nullptr);
 }
 
 __attribute__((destructor(101))) void uslab_process_fini() {

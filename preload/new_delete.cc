@@ -26,8 +26,7 @@ using namespace uslab;
 using NewHandler = void (*)();
 extern "C" {
 NewHandler uslab_get_new_handler() __asm__("_ZSt15get_new_handlerv") __attribute__((weak));
-[[noreturn]] void uslab_throw_bad_alloc() __asm__("_ZSt17__throw_bad_allocv")
-    __attribute__((weak));
+[[noreturn]] void uslab_throw_bad_alloc() __asm__("_ZSt17__throw_bad_allocv") __attribute__((weak));
 }
 
 namespace {

@@ -97,18 +97,22 @@ USLAB_EXPORT void* pvalloc(size_t size) {
 
 USLAB_EXPORT size_t malloc_usable_size(void* p) { return p ? heap::usable_size(p) : 0; }
 
-void* uslab_own_realloc(void*, size_t) __attribute__((alias("realloc"), copy(realloc), visibility("hidden")));
+void* uslab_own_realloc(void*, size_t)
+    __attribute__((alias("realloc"), copy(realloc), visibility("hidden")));
 void uslab_own_free(void*) __attribute__((alias("free"), copy(free), visibility("hidden")));
-size_t uslab_own_usable_size(void*) __attribute__((alias("malloc_usable_size"), copy(malloc_usable_size), visibility("hidden")));
+size_t uslab_own_usable_size(void*)
+    __attribute__((alias("malloc_usable_size"), copy(malloc_usable_size), visibility("hidden")));
 
 // glibc-internal names.
 USLAB_EXPORT void* __libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
 USLAB_EXPORT void __libc_free(void*) __attribute__((alias("free"), copy(free)));
 USLAB_EXPORT void* __libc_calloc(size_t, size_t) __attribute__((alias("calloc"), copy(calloc)));
 USLAB_EXPORT void* __libc_realloc(void*, size_t) __attribute__((alias("realloc"), copy(realloc)));
-USLAB_EXPORT void* __libc_memalign(size_t, size_t) __attribute__((alias("memalign"), copy(memalign)));
+USLAB_EXPORT void* __libc_memalign(size_t, size_t)
+    __attribute__((alias("memalign"), copy(memalign)));
 USLAB_EXPORT void* __libc_valloc(size_t) __attribute__((alias("valloc"), copy(valloc)));
 USLAB_EXPORT void* __libc_pvalloc(size_t) __attribute__((alias("pvalloc"), copy(pvalloc)));
-USLAB_EXPORT int __posix_memalign(void**, size_t, size_t) __attribute__((alias("posix_memalign"), copy(posix_memalign)));
+USLAB_EXPORT int __posix_memalign(void**, size_t, size_t)
+    __attribute__((alias("posix_memalign"), copy(posix_memalign)));
 
 }  // extern "C"

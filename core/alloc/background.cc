@@ -29,7 +29,8 @@ uint32_t* futex_word() { return reinterpret_cast<uint32_t*>(&sleep_word_); }
 uint8_t* option_word() { return reinterpret_cast<uint8_t*>(&g_config.background_thread); }
 
 bool configured() {
-  return __atomic_load_n(option_word(), __ATOMIC_RELAXED) != static_cast<uint8_t>(Config::Background::kOff);
+  return __atomic_load_n(option_word(), __ATOMIC_RELAXED) !=
+         static_cast<uint8_t>(Config::Background::kOff);
 }
 
 // Sleeps with no timeout unless the backlog shows work once the sleep is published.
@@ -88,14 +89,17 @@ void start_now() {
   started_ms_.store(os::now_ms(), std::memory_order_relaxed);
   // Unless the thread already ended (turned off meanwhile: it set kIdle).
   BackgroundState s = BackgroundState::kStarting;
-  g_background_state.compare_exchange_strong(s, BackgroundState::kRunning, std::memory_order_acq_rel);
+  g_background_state.compare_exchange_strong(s, BackgroundState::kRunning,
+                                             std::memory_order_acq_rel);
 }
 
 // A wanted thread, started when this call may (helper_thread_veto); a call from
 // inside libc leaves it wanted for the next one.
 void try_start() {
   BackgroundState s = BackgroundState::kWanted;
-  if (!g_background_state.compare_exchange_strong(s, BackgroundState::kStarting, std::memory_order_acq_rel)) return;
+  if (!g_background_state.compare_exchange_strong(s, BackgroundState::kStarting,
+                                                  std::memory_order_acq_rel))
+    return;
   os::ThreadVeto v = os::helper_thread_veto();
   veto_.store(v, std::memory_order_relaxed);
   if (v == os::ThreadVeto::kLibcCaller || v == os::ThreadVeto::kNotReady) {
@@ -122,9 +126,11 @@ USLAB_STARTUP_TEXT void background_init() {
 }
 
 void background_want() {
-  if (g_background_state.load(std::memory_order_relaxed) != BackgroundState::kIdle || !configured()) return;
+  if (g_background_state.load(std::memory_order_relaxed) != BackgroundState::kIdle || !configured())
+    return;
   BackgroundState s = BackgroundState::kIdle;
-  if (g_background_state.compare_exchange_strong(s, BackgroundState::kWanted, std::memory_order_acq_rel))
+  if (g_background_state.compare_exchange_strong(s, BackgroundState::kWanted,
+                                                 std::memory_order_acq_rel))
     g_background_poke.fetch_or(kPokeStart, std::memory_order_release);
 }
 
@@ -163,9 +169,14 @@ void background_describe(char* out, size_t cap) {
   switch (st.state) {
     case BackgroundState::kIdle:
       if (!configured())
-        os::format(out, cap, "background thread: off (background_thread=false): memory returns on allocator calls\n");
+        os::format(out, cap,
+                   "background thread: off (background_thread=false): memory returns on allocator "
+                   "calls\n");
       else
-        os::format(out, cap, "background thread: not started (background_thread=%s: nothing to give back yet)\n", mode);
+        os::format(
+            out, cap,
+            "background thread: not started (background_thread=%s: nothing to give back yet)\n",
+            mode);
       return;
     case BackgroundState::kWanted:
     case BackgroundState::kStarting:
@@ -182,23 +193,29 @@ void background_describe(char* out, size_t cap) {
       return;
     case BackgroundState::kFailed:
       if (st.veto == os::ThreadVeto::kSeccomp)
-        os::format(out, cap, "background thread: not started (%s): memory returns on allocator calls\n",
+        os::format(out, cap,
+                   "background thread: not started (%s): memory returns on allocator calls\n",
                    os::thread_veto_name(st.veto));
       else
-        os::format(out, cap, "background thread: could not be created (error %d): memory returns on "
-                   "allocator calls\n", st.error);
+        os::format(out, cap,
+                   "background thread: could not be created (error %d): memory returns on "
+                   "allocator calls\n",
+                   st.error);
       return;
   }
 }
 
 void background_enable(bool on) {
   config_init();
-  __atomic_store_n(option_word(), static_cast<uint8_t>(on ? Config::Background::kOn : Config::Background::kOff),
+  __atomic_store_n(option_word(),
+                   static_cast<uint8_t>(on ? Config::Background::kOn : Config::Background::kOff),
                    __ATOMIC_RELEASE);
   if (on) {
     g_background_poke.fetch_and(~kPokeStart, std::memory_order_relaxed);
-    for (BackgroundState s : {BackgroundState::kIdle, BackgroundState::kWanted, BackgroundState::kFailed})
-      if (g_background_state.compare_exchange_strong(s, BackgroundState::kStarting)) return start_now();
+    for (BackgroundState s :
+         {BackgroundState::kIdle, BackgroundState::kWanted, BackgroundState::kFailed})
+      if (g_background_state.compare_exchange_strong(s, BackgroundState::kStarting))
+        return start_now();
     return;
   }
   // The thread sees the option at its next wake-up: wake it whether it sleeps with
@@ -217,7 +234,8 @@ void background_enable(bool on) {
   // jemalloc's, which joins (in an 8-CPU emulated guest it was still listed).
   if (uint32_t tid = thread_tid_.exchange(0, std::memory_order_relaxed)) {
     long pid = os::syscall6(SYS_getpid);
-    for (int i = 0; i < 1000 && os::syscall6(SYS_tgkill, pid, tid, 0) == 0; i++) os::sleep_ns(1000000);
+    for (int i = 0; i < 1000 && os::syscall6(SYS_tgkill, pid, tid, 0) == 0; i++)
+      os::sleep_ns(1000000);
   }
 }
 

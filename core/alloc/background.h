@@ -46,10 +46,12 @@ enum class BackgroundState : uint32_t {
   kWanted,    // to be started at the next chance (a slow path with no lock held)
   kStarting,  // pthread_create in progress
   kRunning,
-  kFailed,    // pthread_create failed: call-driven decay only
+  kFailed,  // pthread_create failed: call-driven decay only
 };
 extern std::atomic<BackgroundState> g_background_state;
-inline BackgroundState background_state() { return g_background_state.load(std::memory_order_acquire); }
+inline BackgroundState background_state() {
+  return g_background_state.load(std::memory_order_acquire);
+}
 
 // The library's constructor: records what helper_thread_veto needs; with
 // background_thread=true, starts the thread.

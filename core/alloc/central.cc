@@ -9,8 +9,9 @@
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit CentralList g_central[kMaxShards][kMaxClasses];
-USLAB_LOCK_SET(kCentral, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
-               [](uint32_t i) { return &g_central[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
+USLAB_LOCK_SET(
+    kCentral, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
+    [](uint32_t i) { return &g_central[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 USLAB_LARGE_ZERO constinit ShardFreeBytes g_central_free_bytes[kMaxShards];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
@@ -89,10 +90,13 @@ Span* CentralList::new_slab(unsigned cls) {
   // constructor or the poison, then closed until each object is handed out.
   const size_t bytes = size_t{info.objects} * info.size;
   track_open(s->start, bytes);
-  if (cls >= kFirstCacheClass) cache_slab_init_.load(std::memory_order_acquire)(cls, s->start, info.objects);
-  else if (g_config.poison) memset(s->start, kPoisonByte, bytes);
+  if (cls >= kFirstCacheClass)
+    cache_slab_init_.load(std::memory_order_acquire)(cls, s->start, info.objects);
+  else if (g_config.poison)
+    memset(s->start, kPoisonByte, bytes);
   track_close(s->start, bytes);
-  for (uint32_t i = 0; i < s->npages; i++) PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);
+  for (uint32_t i = 0; i < s->npages; i++)
+    PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);
   return s;
 }
 
@@ -129,8 +133,10 @@ void check_poison(unsigned cls, const void* p) {
   size_t i = first_unpoisoned(p, size);
   track_close(p, size);
   if (i == size) return;
-  os::print_stderr("uslab: write after free of %p (size class %u, %u bytes): byte %zu "
-                   "changed since it was freed\n", p, cls, (unsigned)size, i);
+  os::print_stderr(
+      "uslab: write after free of %p (size class %u, %u bytes): byte %zu "
+      "changed since it was freed\n",
+      p, cls, (unsigned)size, i);
   abort_if_configured();
 }
 
@@ -234,9 +240,9 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
   Span* s = nullptr;
   SlabRange slab;
   uint64_t* bitmap = nullptr;  // s's
-  size_t w = 0, lo = 0;  // s's bitmap word held in `word`; the lowest word touched
+  size_t w = 0, lo = 0;        // s's bitmap word held in `word`; the lowest word touched
   uint64_t word = 0;
-  uint32_t freed = 0;    // objects of s in this run
+  uint32_t freed = 0;  // objects of s in this run
   size_t total = 0;
   // Commits the run of s: bitmap word, counts, lists; an empty slab beyond the
   // spare joins `empties`. Lock held.
@@ -277,8 +283,8 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
     add_free(static_cast<ptrdiff_t>(total));
     total = 0;
     lock_.unlock();
-    background_note_free(static_cast<size_t>(
-        g_central_free_bytes[me].bytes.load(std::memory_order_relaxed)));
+    background_note_free(
+        static_cast<size_t>(g_central_free_bytes[me].bytes.load(std::memory_order_relaxed)));
   };
   lock_.lock();
   batches_in_++;
@@ -371,8 +377,10 @@ void CentralList::release_spare() {
 
 CentralStats CentralList::stats(unsigned cls) {
   LockGuard g(lock_);
-  return CentralStats{slabs_, slabs_ * class_info(cls).objects, free_objects_, batches_out_,
-                      batches_in_, remote_, lent_, spare_ ? size_t{1} : 0};
+  return CentralStats{slabs_,        slabs_ * class_info(cls).objects,
+                      free_objects_, batches_out_,
+                      batches_in_,   remote_,
+                      lent_,         spare_ ? size_t{1} : 0};
 }
 
 }  // namespace uslab

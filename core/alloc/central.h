@@ -45,13 +45,13 @@ namespace uslab {
 
 struct CentralStats {
   size_t slabs;
-  size_t objects;       // capacity of all slabs
-  size_t free_objects;  // free in slab bitmaps
-  uint64_t batches_out; // alloc_batch calls
-  uint64_t batches_in;  // free_batch calls
-  uint64_t remote;      // objects freed here from thread caches of other shards
-  uint64_t lent;        // objects other shards borrowed from these slabs
-  size_t spares;        // empty slabs kept as spares (the decay tick gives them back)
+  size_t objects;        // capacity of all slabs
+  size_t free_objects;   // free in slab bitmaps
+  uint64_t batches_out;  // alloc_batch calls
+  uint64_t batches_in;   // free_batch calls
+  uint64_t remote;       // objects freed here from thread caches of other shards
+  uint64_t lent;         // objects other shards borrowed from these slabs
+  size_t spares;         // empty slabs kept as spares (the decay tick gives them back)
 
   CentralStats& operator+=(const CentralStats& o) {
     slabs += o.slabs;

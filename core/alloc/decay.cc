@@ -38,13 +38,15 @@ void run_tick() {
   percpu_decay_sheaves();
   central_release_all_spares();
   if (const DecayHooks* h = hooks()) h->tick();
-  page_heap_purge_all(false);  // pages free for decay_purge_age_ms, even if a heap saw no call since
+  page_heap_purge_all(
+      false);  // pages free for decay_purge_age_ms, even if a heap saw no call since
   huge_cache_purge(false);
   // A program whose caches, free pages and deferred frees hold this much gets the
   // thread even when no single heap crossed the mark (background_thread=auto).
   if (background_state() == BackgroundState::kIdle) {
     const DecayHooks* h = hooks();
-    if (decay_backlog().bytes + (h ? h->pending_bytes() : 0) >= kBackgroundStartBytes) background_want();
+    if (decay_backlog().bytes + (h ? h->pending_bytes() : 0) >= kBackgroundStartBytes)
+      background_want();
   }
 }
 
@@ -54,8 +56,9 @@ void decay_maybe_tick() {
   uint64_t now = os::now_ms();
   uint64_t next = next_tick_ms_.load(std::memory_order_relaxed);
   if (now < next) return;
-  if (!next_tick_ms_.compare_exchange_strong(next, now + decay_tick_ms(), std::memory_order_relaxed))
-    return;  // another thread runs this tick
+  if (!next_tick_ms_.compare_exchange_strong(next, now + decay_tick_ms(),
+                                             std::memory_order_relaxed))
+    return;               // another thread runs this tick
   if (next == 0) return;  // the first call only starts the clock
   run_tick();
 }

@@ -13,13 +13,15 @@ USLAB_LARGE_ZERO constinit Depot g_depot[kMaxShards][kMaxClasses];
 namespace {
 // Per shard: 16 CPUs filling their depots at once queued on one pool's lock.
 USLAB_LARGE_ZERO constinit MetaPool<Sheaf> sheaf_pool_[kMaxShards];
-USLAB_LOCK_SET(kMetaPool, [] { return shard_count_now(); },
-               [](uint32_t sh) { return &sheaf_pool_[sh].lock(); });
+USLAB_LOCK_SET(
+    kMetaPool, [] { return shard_count_now(); },
+    [](uint32_t sh) { return &sheaf_pool_[sh].lock(); });
 }  // namespace
 
 // Every class of every shard made (class 0 is no class).
-USLAB_LOCK_SET(kDepot, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
-               [](uint32_t i) { return &g_depot[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
+USLAB_LOCK_SET(
+    kDepot, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
+    [](uint32_t i) { return &g_depot[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 
 unsigned Depot::shard() const {
   return static_cast<unsigned>((this - &g_depot[0][0]) / kMaxClasses);
@@ -86,7 +88,7 @@ void Depot::flush(unsigned cls) { release(cls, ~uint32_t{0}); }
 void Depot::decay(unsigned cls) {
   lock_.lock();
   uint32_t idle = low_water_;  // never above nfull_
-  low_water_ = nfull_ - idle;   // what stays once the idle sheaves are released
+  low_water_ = nfull_ - idle;  // what stays once the idle sheaves are released
   lock_.unlock();
   if (idle) release(cls, idle);
 }
@@ -132,8 +134,7 @@ void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n) {
     size_t i = 1;
     for (; i < n; i++) {
       const char* p = static_cast<const char*>(objs[i]);
-      if (static_cast<size_t>(p - s->start) >= s->bytes() &&
-          (s = PageMap::get(p))->shard != owner)
+      if (static_cast<size_t>(p - s->start) >= s->bytes() && (s = PageMap::get(p))->shard != owner)
         break;
     }
     if (i == n) {  // one owner (the usual case): no copy

@@ -1,20 +1,17 @@
 // core/alloc/depot.h — per-shard, per-class depots of full sheaves behind the
 // per-CPU sheaves.
 //
-// Owns: for each shard (shard.h) and size class, a list of full Sheafs (arrays of free object pointers
-// moved as one unit) and a list of empty Sheaf records to reuse, as SLUB's "barn".
-// A per-CPU refill takes one full sheaf from its shard's depot (one lock, one
-// copy); a drain leaves its objects in the depots of the shards that own them
-// (depot_give), so objects freed on the CPUs of a consumer go back to the CPUs of
-// their producer instead of piling up where nobody allocates them.
-// Only when the depot has no full sheaf does a refill go to its shard's central
-// slab list, and then for a whole batch; a drain that finds the depot at its bound
-// frees the batch to the slabs (grouped by slab, one class lock per batch and
-// owning shard). The bound is 256 KiB of objects per class over all shards (at
-// least 64 KiB per shard). Idle sheaves decay: every tick (a sixteenth of
-// decay_ms, decay.h), the sheaves that stayed in the depot
-// through the whole last interval (its low-water mark) go back to the slabs, as
-// tcmalloc's transfer cache is plundered.
+// Owns: for each shard (shard.h) and size class, a list of full Sheafs (arrays of free object
+// pointers moved as one unit) and a list of empty Sheaf records to reuse, as SLUB's "barn". A
+// per-CPU refill takes one full sheaf from its shard's depot (one lock, one copy); a drain leaves
+// its objects in the depots of the shards that own them (depot_give), so objects freed on the CPUs
+// of a consumer go back to the CPUs of their producer instead of piling up where nobody allocates
+// them. Only when the depot has no full sheaf does a refill go to its shard's central slab list,
+// and then for a whole batch; a drain that finds the depot at its bound frees the batch to the
+// slabs (grouped by slab, one class lock per batch and owning shard). The bound is 256 KiB of
+// objects per class over all shards (at least 64 KiB per shard). Idle sheaves decay: every tick (a
+// sixteenth of decay_ms, decay.h), the sheaves that stayed in the depot through the whole last
+// interval (its low-water mark) go back to the slabs, as tcmalloc's transfer cache is plundered.
 //
 // Locking: each Depot's lock guards both lists and the counters of its class. Order:
 // per-CPU lock → depot lock → central class lock → page heap. Sheaf records come
@@ -36,9 +33,9 @@ struct Sheaf {
 };
 
 struct DepotStats {
-  size_t objects;        // in full sheaves
-  uint64_t hits;         // refills served by a full sheaf
-  uint64_t remote;       // objects drained here by CPUs of other shards
+  size_t objects;   // in full sheaves
+  uint64_t hits;    // refills served by a full sheaf
+  uint64_t remote;  // objects drained here by CPUs of other shards
 
   DepotStats& operator+=(const DepotStats& o) {
     objects += o.objects;
@@ -109,6 +106,5 @@ inline uint32_t depot_max_full(unsigned cls) {
   size_t n = bytes / (size_t{batch_size(cls)} * class_size(cls));
   return static_cast<uint32_t>(n < 1 ? 1 : n);
 }
-
 
 }  // namespace uslab

@@ -45,10 +45,10 @@
 namespace uslab {
 
 struct alignas(64) ReaderRecord {
-  std::atomic<uint64_t> ctr;       // (epoch << 16) | nesting; written by its thread only
-  std::atomic<uint32_t> in_use;    // claimed by a live thread
-  uint32_t tid;                    // that thread (for fork: records of others are freed)
-  ReaderRecord* next;              // in the list of every record
+  std::atomic<uint64_t> ctr;     // (epoch << 16) | nesting; written by its thread only
+  std::atomic<uint32_t> in_use;  // claimed by a live thread
+  uint32_t tid;                  // that thread (for fork: records of others are freed)
+  ReaderRecord* next;            // in the list of every record
 };
 
 constexpr unsigned kNestBits = 16;
@@ -77,7 +77,8 @@ inline void grace_read_lock() {
       std::atomic_signal_fence(std::memory_order_seq_cst);
     return;
   }
-  if (__builtin_expect((v & kNestMask) == kNestMask, 0)) grace_misuse("read-side sections nested too deep");
+  if (__builtin_expect((v & kNestMask) == kNestMask, 0))
+    grace_misuse("read-side sections nested too deep");
   r->ctr.store(v + 1, std::memory_order_relaxed);
 }
 

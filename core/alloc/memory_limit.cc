@@ -35,10 +35,11 @@ void decide_locked() {
     os::CgroupLimit cg;
     if (os::cgroup_memory_limit(os::CgroupFiles{}, &cg) && cg.bytes) {
       limit_.bytes = cg.bytes / 100 * kCgroupLimitPercent;
-      os::format(limit_.source, sizeof limit_.source, "%u%% of %zu, cgroup v%d %s", kCgroupLimitPercent,
-                 static_cast<size_t>(cg.bytes), cg.version, cg.file);
+      os::format(limit_.source, sizeof limit_.source, "%u%% of %zu, cgroup v%d %s",
+                 kCgroupLimitPercent, static_cast<size_t>(cg.bytes), cg.version, cg.file);
     } else {
-      os::format(limit_.source, sizeof limit_.source, "none (no memory_limit, and no cgroup limit)");
+      os::format(limit_.source, sizeof limit_.source,
+                 "none (no memory_limit, and no cgroup limit)");
     }
   }
   limit_.decided = true;
@@ -82,7 +83,8 @@ bool limit_admit_slow(size_t bytes) {
   // kernel's limit is reached, not a tick later.
   uint64_t now = os::now_ms(), last = last_release_ms_.load(std::memory_order_relaxed);
   size_t base = resident_at_release_.load(std::memory_order_relaxed);
-  if (limit_.hard || !base || now - last >= decay_tick_ms() || resident >= base + limit_.bytes / 16) {
+  if (limit_.hard || !base || now - last >= decay_tick_ms() ||
+      resident >= base + limit_.bytes / 16) {
     last_release_ms_.store(now, std::memory_order_relaxed);
     releases_.fetch_add(1, std::memory_order_relaxed);
     decay_release_all();
@@ -104,7 +106,8 @@ MemoryLimit memory_limit(bool decide_now) {
 }
 
 LimitStats memory_limit_stats() {
-  return LimitStats{releases_.load(std::memory_order_relaxed), refusals_.load(std::memory_order_relaxed)};
+  return LimitStats{releases_.load(std::memory_order_relaxed),
+                    refusals_.load(std::memory_order_relaxed)};
 }
 
 void memory_limit_describe(char* out, size_t cap, bool decide_now) {
@@ -116,9 +119,11 @@ void memory_limit_describe(char* out, size_t cap, bool decide_now) {
   else if (!l.bytes)
     os::format(out, cap, "memory limit: %s\n", l.source);
   else
-    os::format(out, cap, "memory limit: %zu bytes, %s (%s); heap resident now %zu; %zu releases, "
-               "%zu allocations refused\n", static_cast<size_t>(l.bytes), l.hard ? "hard" : "soft",
-               l.source, heap_resident_estimate(), static_cast<size_t>(st.releases),
+    os::format(out, cap,
+               "memory limit: %zu bytes, %s (%s); heap resident now %zu; %zu releases, "
+               "%zu allocations refused\n",
+               static_cast<size_t>(l.bytes), l.hard ? "hard" : "soft", l.source,
+               heap_resident_estimate(), static_cast<size_t>(st.releases),
                static_cast<size_t>(st.refusals));
 }
 

@@ -1,18 +1,18 @@
 // core/alloc/memory_limit.h — a limit on the heap's memory (as tcmalloc's
 // SetMemoryLimit; jemalloc has none).
 //
-// Owns: the limit in force and where it came from — memory_limit=BYTES (config.h),
-// or, when none is given, 90% of the control group's limit (cgroup.h: v2 memory.high
-// or memory.max, v1 memory.limit_in_bytes, the lowest along the cgroup's ancestors),
-// read once, the first time the heap maps kLimitDecideBytes (segment.cc tells it; a
-// program below that reads no file: python3 -c pass maps one 4 MiB segment); the heap's resident estimate it is checked against (segments
-// mapped, less their free pages that are not resident, plus metadata); and what
-// happens near it. Before the heap takes more memory (a page heap's span for a slab
-// or a large object, a huge block), limit_admit compares the estimate with the limit:
-// past it, the caches are emptied and every free page goes back at once, not after
-// decay_ms (again once a decay tick has passed or the heap has grown by a sixteenth of
-// the limit, while the program's own memory stays past it); with memory_limit_hard=true an allocation that would still pass it fails
-// (ENOMEM; operator new throws) instead of waking the OOM killer.
+// Owns: the limit in force and where it came from — memory_limit=BYTES (config.h), or, when none is
+// given, 90% of the control group's limit (cgroup.h: v2 memory.high or memory.max, v1
+// memory.limit_in_bytes, the lowest along the cgroup's ancestors), read once, the first time the
+// heap maps kLimitDecideBytes (segment.cc tells it; a program below that reads no file: python3 -c
+// pass maps one 4 MiB segment); the heap's resident estimate it is checked against (segments
+// mapped, less their free pages that are not resident, plus metadata); and what happens near it.
+// Before the heap takes more memory (a page heap's span for a slab or a large object, a huge
+// block), limit_admit compares the estimate with the limit: past it, the caches are emptied and
+// every free page goes back at once, not after decay_ms (again once a decay tick has passed or the
+// heap has grown by a sixteenth of the limit, while the program's own memory stays past it); with
+// memory_limit_hard=true an allocation that would still pass it fails (ENOMEM; operator new throws)
+// instead of waking the OOM killer.
 //
 // Locking: the decision is made once, under its own lock; the limit is read-only
 // after. limit_admit takes no lock of its own besides that and is called with none of
@@ -33,7 +33,7 @@ constexpr size_t kLimitDecideBytes = size_t{16} << 20;
 constexpr unsigned kCgroupLimitPercent = 90;
 
 struct MemoryLimit {
-  uint64_t bytes;    // 0: none
+  uint64_t bytes;  // 0: none
   bool hard;
   bool decided;      // false: the cgroup not read yet (the heap is still small)
   char source[320];  // where the limit came from, for the statistics
@@ -46,7 +46,8 @@ bool limit_admit_slow(size_t bytes);
 // Before the heap takes `bytes` more: true, or false when the hard limit refuses them.
 // One load unless a limit is in force.
 inline bool limit_admit(size_t bytes) {
-  if (__builtin_expect(g_limit_state.load(std::memory_order_relaxed) != kLimitActive, 1)) return true;
+  if (__builtin_expect(g_limit_state.load(std::memory_order_relaxed) != kLimitActive, 1))
+    return true;
   return limit_admit_slow(bytes);
 }
 void limit_decide_slow(size_t mapped);

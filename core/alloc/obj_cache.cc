@@ -79,8 +79,10 @@ void obj_cache_destroy(ObjCache* c) {
   CentralStats cs = central_stats(cls);
   size_t live = cs.objects - cs.free_objects;
   if (live) {
-    os::print_stderr("uslab: cache '%s' destroyed with %zu live objects (%zu slabs); their "
-                     "memory stays valid\n", c->name, live, cs.slabs);
+    os::print_stderr(
+        "uslab: cache '%s' destroyed with %zu live objects (%zu slabs); their "
+        "memory stays valid\n",
+        c->name, live, cs.slabs);
     c->retired = true;
     return;
   }
@@ -95,8 +97,10 @@ void obj_cache_on_alloc(const ObjCache* c, void* p) {
   if (c->flags & kCachePoison) {
     size_t i = first_unpoisoned(p, c->size);
     if (i < c->size) {
-      os::print_stderr("uslab: cache '%s': object %p was written after it was freed "
-                       "(poison overwritten at byte %zu)\n", c->name, p, i);
+      os::print_stderr(
+          "uslab: cache '%s': object %p was written after it was freed "
+          "(poison overwritten at byte %zu)\n",
+          c->name, p, i);
       abort_if_configured();
     }
   }

@@ -39,12 +39,12 @@ constexpr size_t kCacheLine = 64;
 
 struct ObjCache {
   char name[48];
-  uint32_t size;    // object size: the request rounded up to the alignment
+  uint32_t size;  // object size: the request rounded up to the alignment
   uint32_t align;
   unsigned flags;
   void (*ctor)(void*);
   unsigned cls;
-  bool retired;     // destroyed with live objects
+  bool retired;  // destroyed with live objects
 };
 
 // nullptr with *err = EINVAL (bad size, alignment, flags or combination) or ENOMEM
@@ -64,6 +64,5 @@ inline void obj_cache_on_free(const ObjCache* c, void* p) {
 
 // Calls fn for every live (not destroyed) cache, under the registry lock.
 void obj_cache_for_each(void (*fn)(const ObjCache* c, void* arg), void* arg);
-
 
 }  // namespace uslab

@@ -12,8 +12,9 @@
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit PageHeap g_page_heap[kMaxShards];
-USLAB_LOCK_SET(kPageHeap, [] { return shard_count_now(); },
-               [](uint32_t sh) { return &g_page_heap[sh].lock(); });
+USLAB_LOCK_SET(
+    kPageHeap, [] { return shard_count_now(); },
+    [](uint32_t sh) { return &g_page_heap[sh].lock(); });
 constinit MetaPool<Span> g_span_pool;
 USLAB_LOCK_ONE(kMetaPool, g_span_pool.lock());
 
@@ -65,7 +66,8 @@ void PageHeap::insert_free(Span* s) {
   // page_heap.h: a free span's first and last pages map to it, and it starts at its
   // first page.
   USLAB_DCHECK(s->kind == SpanKind::kFree && s->start == s->segment->page_addr(s->first_page));
-  USLAB_DCHECK(PageMap::get(s->start) == s && PageMap::get(s->start + (s->bytes() - kPageSize)) == s);
+  USLAB_DCHECK(PageMap::get(s->start) == s &&
+               PageMap::get(s->start + (s->bytes() - kPageSize)) == s);
   (s->dirty ? dirty_lists_ : clean_lists_).push(s);
   // Stored atomically: read without this lock by other heaps' alloc.
   __atomic_store_n(&free_pages_, free_pages_ + s->npages, __ATOMIC_RELAXED);
@@ -157,7 +159,8 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
   unsigned n = index() == kPrivate ? 0 : shard_count();
   for (unsigned i = 1; i < n; i++) {
     PageHeap& other = g_page_heap[(index() + i) % n];
-    if (node_of_shard((index() + i) % n) != node_of_shard(index())) continue;  // its memory is elsewhere
+    if (node_of_shard((index() + i) % n) != node_of_shard(index()))
+      continue;  // its memory is elsewhere
     if (__atomic_load_n(&other.free_pages_, __ATOMIC_RELAXED) < npages + kStealReserve ||
         !other.lock_.try_lock())
       continue;
@@ -261,7 +264,8 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
   USLAB_DCHECK(lock_.held());
   Segment* seg = s->segment;
   if (s->kind == SpanKind::kSlab) {
-    for (uint32_t i = 1; i + 1 < s->npages; i++) PageMap::clear(s->start + (size_t{i} << kPageShift));
+    for (uint32_t i = 1; i + 1 < s->npages; i++)
+      PageMap::clear(s->start + (size_t{i} << kPageShift));
     if (Span::external_bitmap(s->capacity)) descs_.free(reinterpret_cast<Span*>(s->bitmap()));
     s->capacity = 0;
   }
@@ -284,9 +288,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
 // then at the edge of a large dirty span keep it from ever decaying.
 void PageHeap::coalesce(Span* s) {
   Segment* seg = s->segment;
-  auto mergeable = [s](const Span* n) {
-    return is_free(n) && n->dirty == s->dirty;
-  };
+  auto mergeable = [s](const Span* n) { return is_free(n) && n->dirty == s->dirty; };
   auto absorb = [&](Span* n) {
     if (n->freed_at_ms < s->freed_at_ms) s->freed_at_ms = n->freed_at_ms;
     remove_free(n);
@@ -483,8 +485,12 @@ size_t PageHeap::clean_free_bytes() const {
 
 PageHeapStats PageHeap::stats() {
   LockGuard g(lock_);
-  return PageHeapStats{segments_, free_pages_ << kPageShift, dirty_pages_ << kPageShift,
-                       large_pages_ << kPageShift, purged_bytes_, huge_segments_};
+  return PageHeapStats{segments_,
+                       free_pages_ << kPageShift,
+                       dirty_pages_ << kPageShift,
+                       large_pages_ << kPageShift,
+                       purged_bytes_,
+                       huge_segments_};
 }
 
 bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpMode::kNever; }

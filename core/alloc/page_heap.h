@@ -66,11 +66,11 @@ namespace uslab {
 
 struct PageHeapStats {
   size_t segments;
-  size_t free_bytes;       // in free spans
-  size_t dirty_bytes;      // free but possibly resident
-  size_t large_bytes;      // in large spans handed out
-  size_t purged_bytes;     // returned to the OS so far (cumulative)
-  size_t huge_segments;    // advised MADV_HUGEPAGE
+  size_t free_bytes;     // in free spans
+  size_t dirty_bytes;    // free but possibly resident
+  size_t large_bytes;    // in large spans handed out
+  size_t purged_bytes;   // returned to the OS so far (cumulative)
+  size_t huge_segments;  // advised MADV_HUGEPAGE
 
   PageHeapStats& operator+=(const PageHeapStats& o) {
     segments += o.segments;
@@ -87,9 +87,9 @@ struct PageHeapStats {
 class alignas(64) PageHeap {
  public:
   static constexpr size_t kMaxPages = kPagesPerSegment - 1;  // usable pages per segment
-  static constexpr size_t kStealReserve = 64;                 // 512 KiB
-  static constexpr size_t kThpMinSegments = 4;                // 16 MiB
-  static constexpr size_t kThpEagerMaxPages = 64;             // 512 KiB
+  static constexpr size_t kStealReserve = 64;                // 512 KiB
+  static constexpr size_t kThpMinSegments = 4;               // 16 MiB
+  static constexpr size_t kThpEagerMaxPages = 64;            // 512 KiB
   // Dirty free pages a heap keeps when it must grow: a segment's worth, or 1/8 of its
   // pages in use (jemalloc 3's lg_dirty_mult default, 8:1).
   static constexpr size_t kDirtyShare = 8;

@@ -1,14 +1,14 @@
 // core/alloc/paged_pool.h — fixed-size metadata records that give their memory back.
 //
-// Owns: PagedPool<T>, a pool of records (the page heaps' Span descriptors) carved
-// from 4 KiB pages of 256 KiB chunks that it maps for itself, aligned to their size,
-// so that a record finds its page's bookkeeping (at the start of its chunk) from its
-// address. Each page keeps its own free list. Allocation takes from pages in use first, then
-// from wholly free ones, then from purged or fresh ones, so the pages emptied after a
-// peak stay empty; purge() returns those that stayed wholly free for the age its
-// owner gives (a page heap: one decay tick) (MADV_DONTNEED), and a purged page is carved again when it is needed; a chunk
-// whose pages are all purged is unmapped. A MetaPool's single free list cannot do
-// that: after a peak of 240 MiB of slabs, 3.3 MiB of descriptors stayed resident.
+// Owns: PagedPool<T>, a pool of records (the page heaps' Span descriptors) carved from 4 KiB pages
+// of 256 KiB chunks that it maps for itself, aligned to their size, so that a record finds its
+// page's bookkeeping (at the start of its chunk) from its address. Each page keeps its own free
+// list. Allocation takes from pages in use first, then from wholly free ones, then from purged or
+// fresh ones, so the pages emptied after a peak stay empty; purge() returns those that stayed
+// wholly free for the age its owner gives (a page heap: one decay tick) (MADV_DONTNEED), and a
+// purged page is carved again when it is needed; a chunk whose pages are all purged is unmapped. A
+// MetaPool's single free list cannot do that: after a peak of 240 MiB of slabs, 3.3 MiB of
+// descriptors stayed resident.
 //
 // Locking: none of its own. The owner's lock guards every call (a page heap's: its
 // descriptors are only made and dropped under it); a lock of the pool's own cost
@@ -128,7 +128,7 @@ class PagedPool {
   bool grow() {
     char* chunk = static_cast<char*>(os::map_aligned(kChunk, kChunk));
     if (!chunk) return false;
-    os::advise_huge(chunk, kChunk, false);  // metadata: small pages (os::map_metadata)
+    os::advise_huge(chunk, kChunk, false);         // metadata: small pages (os::map_metadata)
     Page* pages = reinterpret_cast<Page*>(chunk);  // fresh mapping: all zero
     for (size_t i = kPages; i-- > kHeaderPages;) clean_.push_front(&pages[i]);
     g_paged_pool_bytes.fetch_add(kHeaderPages * kPage, std::memory_order_relaxed);

@@ -28,8 +28,9 @@ namespace percpu_internal {
 
 CpuMeta* meta_ = nullptr;
 // meta_ is set before g_cpu_count is published (release), and both under init_lock_.
-USLAB_LOCK_SET(kCpu, [] { return __atomic_load_n(&g_cpu_count, __ATOMIC_ACQUIRE); },
-               [](uint32_t c) { return &meta_[c].lock; });
+USLAB_LOCK_SET(
+    kCpu, [] { return __atomic_load_n(&g_cpu_count, __ATOMIC_ACQUIRE); },
+    [](uint32_t c) { return &meta_[c].lock; });
 size_t budget_ = 0;
 USLAB_LARGE_ZERO constinit std::atomic<uint64_t> cpu_prepared_[kMaxCpus / 64] = {};
 
@@ -162,7 +163,8 @@ bool percpu_decide() {
   config_init();
   if (rseq_init_process(g_config.percpu) != RseqMode::kNone) {
     uint32_t n = topology_in_use().cpus_possible;
-    if (g_config.percpu_cpus && n > g_config.percpu_cpus) n = static_cast<uint32_t>(g_config.percpu_cpus);
+    if (g_config.percpu_cpus && n > g_config.percpu_cpus)
+      n = static_cast<uint32_t>(g_config.percpu_cpus);
     if (n > kMaxCpus) n = kMaxCpus;
     char* region = static_cast<char*>(os::map_metadata(size_t{n} << kCpuRegionShift));
     meta_ = static_cast<CpuMeta*>(g_meta_arena.alloc(n * sizeof(CpuMeta)));
@@ -293,9 +295,9 @@ void percpu_remote_flush(const uint64_t* entries, size_t n) {
       groups[slot_group[slot]].count++;
       which[i] = slot_group[slot];
     }
-    for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++) groups[g].next = static_cast<uint16_t>(at);
-    for (size_t i = 0; i < k; i++)
-      objs[groups[which[i]].next++] = remote_entry_object(e[i]);
+    for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++)
+      groups[g].next = static_cast<uint16_t>(at);
+    for (size_t i = 0; i < k; i++) objs[groups[which[i]].next++] = remote_entry_object(e[i]);
     USLAB_PROBE(remote_flush, k, ng);
     for (size_t g = 0, at = 0; g < ng; at += groups[g].count, g++) {
       unsigned cls = groups[g].key & 127, shard = groups[g].key >> 7;
@@ -349,7 +351,7 @@ void percpu_free_nodes(void* p, unsigned cls) {
   // buffer, which costs locality, never correctness (both flush to the owner).
   if (c != kNoCpu && node_of_shard(s->shard) != node_of_cpu(c))
     return percpu_push_one<remote_miss, remote_retry>(reinterpret_cast<void*>(remote_entry(p, s)),
-                                                     kRemoteSheaf);
+                                                      kRemoteSheaf);
   percpu_free(p, cls);
 }
 
@@ -606,7 +608,8 @@ size_t percpu_cached_bytes() {
   if (!g_percpu) return 0;
   for (uint32_t c = 0; c < g_cpu_count; c++)
     if (__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE))
-      for (unsigned cls = 1; cls < kMaxClasses; cls++) bytes += size_t{cached_of(c, cls)} * class_size(cls);
+      for (unsigned cls = 1; cls < kMaxClasses; cls++)
+        bytes += size_t{cached_of(c, cls)} * class_size(cls);
   return bytes;
 }
 
@@ -629,7 +632,8 @@ void percpu_remote_stats(RemoteNodeStats* out) {
 size_t percpu_header_bytes() {
   if (!g_percpu) return 0;
   size_t pages = 0;
-  for (uint32_t c = 0; c < g_cpu_count; c++) pages += __atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE);
+  for (uint32_t c = 0; c < g_cpu_count; c++)
+    pages += __atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE);
   return pages * os::kOsPage;
 }
 

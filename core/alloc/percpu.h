@@ -86,8 +86,7 @@ struct SheafLayout {
 
 constexpr SheafLayout make_sheaf_layout() {
   SheafLayout l{};
-  size_t next = (kHitsOffset + kMaxClasses * sizeof(uint16_t) + sizeof(void*) - 1) /
-                sizeof(void*);
+  size_t next = (kHitsOffset + kMaxClasses * sizeof(uint16_t) + sizeof(void*) - 1) / sizeof(void*);
   for (unsigned c = 1; c < kSheafHeaders; c++) {
     l.begin[c] = static_cast<uint16_t>(next);
     next += 1 + (c == kDeferSheaf    ? kDeferCap
@@ -170,23 +169,22 @@ void percpu_defer_drain_all(void (*sink)(void* const* objs, size_t n, void* arg)
 size_t percpu_defer_pending();  // pointers in the CPUs' deferred sheaves (racy sum)
 
 struct PerCpuClassStats {
-  size_t cpu_objects;   // cached in CPU sheaves (racy sum)
-  uint64_t hits;        // allocations served by the sheaves
-  uint64_t refills;     // sheaf misses on allocation (a batch came in)
-  uint64_t drains;      // sheaf misses on free that moved a batch out
+  size_t cpu_objects;  // cached in CPU sheaves (racy sum)
+  uint64_t hits;       // allocations served by the sheaves
+  uint64_t refills;    // sheaf misses on allocation (a batch came in)
+  uint64_t drains;     // sheaf misses on free that moved a batch out
 };
 void percpu_class_stats(PerCpuClassStats out[kMaxClasses]);
 struct PerCpuStats {
   uint32_t cpus_possible;
   uint32_t cpus_used;
-  size_t budget;       // bytes of capacity allowed per CPU
+  size_t budget;  // bytes of capacity allowed per CPU
   uint64_t grows, steals, drains;
 };
 PerCpuStats percpu_stats();
 // The resident header pages of the CPUs' regions (headers and hit counters; the
 // slot pages hold cached objects and go back with them), for the statistics.
 size_t percpu_header_bytes();
-
 
 // ThreadSanitizer cannot see that a restartable section orders what the freeing
 // thread did to an object before the allocating thread's use of it; in TSan builds
@@ -240,23 +238,24 @@ constexpr long kSheafMoved = -1, kSheafDoubleFree = -2, kSheafClosed = -3;
   "movq %%rcx, %%fs:8(%[rs])\n\t"       \
   "1:\n\t"
 
-#define USLAB_RSEQ_CLOSE_TO(target)            \
-  "2:\n\t"                                     \
-  ".pushsection __rseq_failure, \"ax?\"\n\t"   \
-  ".byte 0x0f, 0xb9, 0x3d\n\t"                 \
-  ".long 0x53053053\n\t"                       \
-  "4:\n\t"                                     \
-  "jmp " target "\n\t"                         \
+#define USLAB_RSEQ_CLOSE_TO(target)          \
+  "2:\n\t"                                   \
+  ".pushsection __rseq_failure, \"ax?\"\n\t" \
+  ".byte 0x0f, 0xb9, 0x3d\n\t"               \
+  ".long 0x53053053\n\t"                     \
+  "4:\n\t"                                   \
+  "jmp " target                              \
+  "\n\t"                                     \
   ".popsection\n\t"
 #define USLAB_RSEQ_CLOSE USLAB_RSEQ_CLOSE_TO("%l[abort]")
 
 // The region of the current CPU into rdx, or a jump to `miss` when the CPU id is
 // not below g_cpu_count (no rseq for this thread, or a CPU beyond the regions).
-#define USLAB_RSEQ_ANY_CPU              \
-  "movl %%fs:4(%[rs]), %%edx\n\t"       \
-  "cmpl %[ncpu], %%edx\n\t"             \
-  "jae %l[miss]\n\t"                    \
-  "shlq $18, %%rdx\n\t"                 \
+#define USLAB_RSEQ_ANY_CPU        \
+  "movl %%fs:4(%[rs]), %%edx\n\t" \
+  "cmpl %[ncpu], %%edx\n\t"       \
+  "jae %l[miss]\n\t"              \
+  "shlq $18, %%rdx\n\t"           \
   "addq %[region], %%rdx\n\t"
 
 static_assert(kCpuRegionShift == 18 && kHeaderOffset == 8, "spelled out in the asm");
@@ -265,8 +264,7 @@ static_assert(kCpuRegionShift == 18 && kHeaderOffset == 8, "spelled out in the a
 // bumped before the commit: a section aborted after it counts one hit twice.
 inline void* percpu_alloc(unsigned cls) {
   void* obj;
-  __asm__ goto(USLAB_RSEQ_OPEN
-               USLAB_RSEQ_ANY_CPU
+  __asm__ goto(USLAB_RSEQ_OPEN USLAB_RSEQ_ANY_CPU
                "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
                "movq (%%rdx, %%rcx, 8), %[obj]\n\t"
                "testq %[obj], %[obj]\n\t"
@@ -274,8 +272,7 @@ inline void* percpu_alloc(unsigned cls) {
                "addw %[step], %c[hits](%%rdx, %[cls], 2)\n\t"
                "jc %l[tick]\n\t"
                "decl %%ecx\n\t"
-               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
-               USLAB_RSEQ_CLOSE
+               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t" USLAB_RSEQ_CLOSE
                : [obj] "=&a"(obj)  // the return register: no move after the section
                : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count), [region] "r"(g_cpu_region),
                  [cls] "r"(uint64_t{cls}), [hits] "i"(kHitsOffset), [step] "i"(kHitStep)
@@ -299,8 +296,7 @@ tick:
 template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned)>
 inline void percpu_push_one(void* p, unsigned cls) {
   sheaf_release(&p, 1);
-  __asm__ goto(USLAB_RSEQ_OPEN
-               USLAB_RSEQ_ANY_CPU
+  __asm__ goto(USLAB_RSEQ_OPEN USLAB_RSEQ_ANY_CPU
                "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
                "cmpw 10(%%rdx, %[cls], 4), %%cx\n\t"
                "jae %l[miss]\n\t"
@@ -308,8 +304,7 @@ inline void percpu_push_one(void* p, unsigned cls) {
                "je %l[miss]\n\t"
                "movq %[p], 8(%%rdx, %%rcx, 8)\n\t"
                "incl %%ecx\n\t"
-               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
-               USLAB_RSEQ_CLOSE
+               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t" USLAB_RSEQ_CLOSE
                :
                : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count), [region] "r"(g_cpu_region),
                  [cls] "r"(uint64_t{cls}), [p] "r"(p)
@@ -371,56 +366,58 @@ void percpu_remote_stats(RemoteNodeStats* out);
 
 // The region of the expected CPU into rdx; k = -1 and out (label 9) when the
 // thread runs elsewhere.
-#define USLAB_RSEQ_ON_CPU_OR_EXIT       \
-  "movl %%fs:4(%[rs]), %%edx\n\t"       \
-  "cmpl %[cpu], %%edx\n\t"              \
-  "jne 9f\n\t"                          \
-  "shlq $18, %%rdx\n\t"                 \
+#define USLAB_RSEQ_ON_CPU_OR_EXIT \
+  "movl %%fs:4(%[rs]), %%edx\n\t" \
+  "cmpl %[cpu], %%edx\n\t"        \
+  "jne 9f\n\t"                    \
+  "shlq $18, %%rdx\n\t"           \
   "addq %[region], %%rdx\n\t"
 
 // Copies %[k] (≥ 1) pointers from src to dst (registers, not overlapping): an odd
 // one first through tmp, then two at a time through xmm0 (SSE2 is part of x86-64;
 // a bulk call's 16 pointers took 16 turns of a one-pointer loop, a third of
 // uslab_alloc_bulk's time); uses r8.
-#define USLAB_RSEQ_COPY(src, dst, tmp)                 \
-  "xorl %%r8d, %%r8d\n\t"                            \
-  "testl $1, %k[k]\n\t"                              \
-  "jz 5f\n\t"                                        \
-  "movq (" src "), " tmp "\n\t"                      \
-  "movq " tmp ", (" dst ")\n\t"                      \
-  "incl %%r8d\n\t"                                   \
-  "cmpq %[k], %%r8\n\t"                              \
-  "jae 10f\n\t"                                      \
-  "5:\n\t"                                           \
-  "movdqu (" src ", %%r8, 8), %%xmm0\n\t"            \
-  "movdqu %%xmm0, (" dst ", %%r8, 8)\n\t"            \
-  "addq $2, %%r8\n\t"                                \
-  "cmpq %[k], %%r8\n\t"                              \
-  "jb 5b\n\t"                                        \
+#define USLAB_RSEQ_COPY(src, dst, tmp) \
+  "xorl %%r8d, %%r8d\n\t"              \
+  "testl $1, %k[k]\n\t"                \
+  "jz 5f\n\t"                          \
+  "movq (" src "), " tmp               \
+  "\n\t"                               \
+  "movq " tmp ", (" dst                \
+  ")\n\t"                              \
+  "incl %%r8d\n\t"                     \
+  "cmpq %[k], %%r8\n\t"                \
+  "jae 10f\n\t"                        \
+  "5:\n\t"                             \
+  "movdqu (" src                       \
+  ", %%r8, 8), %%xmm0\n\t"             \
+  "movdqu %%xmm0, (" dst               \
+  ", %%r8, 8)\n\t"                     \
+  "addq $2, %%r8\n\t"                  \
+  "cmpq %[k], %%r8\n\t"                \
+  "jb 5b\n\t"                          \
   "10:\n\t"
 
 // Ends a batch section: label 8 is the normal exit, 9 the wrong-CPU one.
 #define USLAB_RSEQ_EXIT(k) \
   "jmp 8f\n\t"             \
   "9:\n\t"                 \
-  "movq $-1, %" k "\n\t"   \
+  "movq $-1, %" k          \
+  "\n\t"                   \
   "8:\n\t"
 
 // Commits current (cx) and ends a batch pop or push; label 6 is its early exit,
 // with nothing moved.
-#define USLAB_RSEQ_COMMIT_BATCH            \
-  "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"  \
-  USLAB_RSEQ_CLOSE_RETRY                   \
-  "jmp 8f\n\t"                            \
-  "6:\n\t"                                \
-  "xorl %k[k], %k[k]\n\t"                 \
-  USLAB_RSEQ_EXIT("[k]")
+#define USLAB_RSEQ_COMMIT_BATCH                               \
+  "movw %%cx, 8(%%rdx, %[cls], 4)\n\t" USLAB_RSEQ_CLOSE_RETRY \
+  "jmp 8f\n\t"                                                \
+  "6:\n\t"                                                    \
+  "xorl %k[k], %k[k]\n\t" USLAB_RSEQ_EXIT("[k]")
 
 // Pops up to n (≥ 1) objects from the top of cpu's sheaf into out[0..k).
 inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
   long k;
-  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
-                   USLAB_RSEQ_ON_CPU_OR_EXIT
+  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY USLAB_RSEQ_ON_CPU_OR_EXIT
                    "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
                    "movq %%rcx, %[k]\n\t"
                    "subq %[begin], %[k]\n\t"
@@ -428,9 +425,8 @@ inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
                    "cmpq %[n], %[k]\n\t"
                    "cmovaq %[n], %[k]\n\t"
                    "subq %[k], %%rcx\n\t"
-                   "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
-                   USLAB_RSEQ_COPY("%%r10", "%[out]", "%%r9")
-                   USLAB_RSEQ_COMMIT_BATCH
+                   "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t" USLAB_RSEQ_COPY("%%r10", "%[out]", "%%r9")
+                       USLAB_RSEQ_COMMIT_BATCH
                    : [k] "=&r"(k)
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [begin] "rm"(uint64_t{kSheafLayout.begin[cls]}),
@@ -444,8 +440,7 @@ inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
 inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size_t n) {
   long k;
   sheaf_release(src, n);
-  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
-                   USLAB_RSEQ_ON_CPU_OR_EXIT
+  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY USLAB_RSEQ_ON_CPU_OR_EXIT
                    "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
                    "movzwl 10(%%rdx, %[cls], 4), %%eax\n\t"
                    "subl %%ecx, %%eax\n\t"
@@ -456,10 +451,8 @@ inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size
                    "movq %[n], %%r10\n\t"
                    "subq %[k], %%r10\n\t"
                    "leaq (%[src], %%r10, 8), %%r10\n\t"
-                   "leaq 8(%%rdx, %%rcx, 8), %%r9\n\t"
-                   USLAB_RSEQ_COPY("%%r10", "%%r9", "%%rax")
-                   "addl %k[k], %%ecx\n\t"
-                   USLAB_RSEQ_COMMIT_BATCH
+                   "leaq 8(%%rdx, %%rcx, 8), %%r9\n\t" USLAB_RSEQ_COPY(
+                       "%%r10", "%%r9", "%%rax") "addl %k[k], %%ecx\n\t" USLAB_RSEQ_COMMIT_BATCH
                    : [k] "=&r"(k)
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [src] "r"(src), [n] "rm"(uint64_t{n})
@@ -553,13 +546,10 @@ inline long percpu_resize(uint32_t cpu, unsigned cls, uint32_t new_end, void** o
 inline long percpu_peek(uint32_t cpu, unsigned cls, void** top) {
   long r;
   void* t;
-  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
-                   USLAB_RSEQ_ON_CPU_OR_EXIT
+  __asm__ volatile(USLAB_RSEQ_OPEN_RETRY USLAB_RSEQ_ON_CPU_OR_EXIT
                    "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
                    "movq (%%rdx, %%rcx, 8), %[t]\n\t"
-                   "xorl %k[r], %k[r]\n\t"
-                   USLAB_RSEQ_CLOSE_RETRY
-                   USLAB_RSEQ_EXIT("[r]")
+                   "xorl %k[r], %k[r]\n\t" USLAB_RSEQ_CLOSE_RETRY USLAB_RSEQ_EXIT("[r]")
                    : [r] "=&r"(r), [t] "=&r"(t)
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls})
@@ -573,7 +563,9 @@ inline long percpu_peek(uint32_t cpu, unsigned cls, void** top) {
 
 inline void* percpu_alloc(unsigned cls) { return percpu_alloc_slow(cls); }
 template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned)>
-inline void percpu_push_one(void* p, unsigned cls) { Miss(p, cls); }
+inline void percpu_push_one(void* p, unsigned cls) {
+  Miss(p, cls);
+}
 inline void percpu_free(void* p, unsigned cls) { percpu_free_slow(p, cls); }
 inline long percpu_pop_batch(uint32_t, unsigned, void**, size_t) { return -1; }
 inline long percpu_push_batch(uint32_t, unsigned, void* const*, size_t) { return -1; }

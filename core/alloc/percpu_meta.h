@@ -21,7 +21,9 @@ namespace uslab::percpu_internal {
 // A bit per class, changed under its CPU's lock and also read without it (on_miss).
 struct ClassBits {
   std::atomic<uint64_t> w[kMaxClasses / 64];
-  bool has(unsigned cls) const { return w[cls / 64].load(std::memory_order_relaxed) >> (cls % 64) & 1; }
+  bool has(unsigned cls) const {
+    return w[cls / 64].load(std::memory_order_relaxed) >> (cls % 64) & 1;
+  }
   void set(unsigned cls, bool on) {
     uint64_t v = w[cls / 64].load(std::memory_order_relaxed), bit = uint64_t{1} << (cls % 64);
     w[cls / 64].store(on ? v | bit : v & ~bit, std::memory_order_relaxed);
@@ -56,12 +58,12 @@ inline void bump(std::atomic<uint64_t>& counter) {
 
 struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss that grows
   Mutex lock;
-  bool ready;                // used since start or the last drain
-  uint32_t clock;            // the class the capacity thief looked at last
-  ClassBits missed;          // missed since the thief last passed
-  ClassBits active;          // missed since the last decay tick
-  ClassBits held;            // grown since start (cleared when found without capacity)
-  size_t capacity_bytes;     // sum over classes of capacity × size
+  bool ready;             // used since start or the last drain
+  uint32_t clock;         // the class the capacity thief looked at last
+  ClassBits missed;       // missed since the thief last passed
+  ClassBits active;       // missed since the last decay tick
+  ClassBits held;         // grown since start (cleared when found without capacity)
+  size_t capacity_bytes;  // sum over classes of capacity × size
   uint64_t grows, steals, drains;
   std::atomic<uint32_t> misses;  // on_miss calls (racy; paces the decay clock)
   // Sheaf misses per class for the statistics. Per CPU: 16 CPUs bumping one shared
@@ -70,13 +72,13 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   std::atomic<uint64_t> class_refills[kMaxClasses];
   std::atomic<uint64_t> class_drains[kMaxClasses];
   std::atomic<uint64_t> class_hits[kMaxClasses];  // banked carries of the hit counters
-  uint16_t hits_seen[kMaxClasses];  // each hit counter at the last decay tick
+  uint16_t hits_seen[kMaxClasses];                // each hit counter at the last decay tick
   // Refills + drains of each class at the last decay tick, and in the tick period
   // before it: how much a class needs its capacity (the thief's hysteresis).
   uint32_t misses_at_tick[kMaxClasses];
   uint32_t misses_before[kMaxClasses];
   uint8_t steal_wait[kMaxClasses];  // misses before a class denied capacity tries again
-  uint64_t pages_ready;  // pages of the CPU's region prepare_slots backed (a bit each)
+  uint64_t pages_ready;             // pages of the CPU's region prepare_slots backed (a bit each)
   // The heap profiler's streams (sampler.h): allocations after the current leg up to
   // the next sample, per class, armed in epoch sample_epoch.
   uint32_t sample_epoch;
@@ -103,8 +105,9 @@ inline uint32_t begin_of(unsigned cls) { return kSheafLayout.begin[cls]; }
 // an opened one has begin ≤ current ≤ end ≤ the last slot of the class's range.
 inline uint32_t header_of(uint32_t cpu, unsigned cls) {
   uint32_t w = __atomic_load_n(&headers(cpu)[cls], __ATOMIC_RELAXED);
-  USLAB_DCHECK(w == 0 || (begin_of(cls) <= (w & 0xffff) && (w & 0xffff) <= (w >> 16) &&
-                          (w >> 16) < (cls + 1 < kSheafHeaders ? begin_of(cls + 1) : kSheafLayout.slots)));
+  USLAB_DCHECK(w == 0 ||
+               (begin_of(cls) <= (w & 0xffff) && (w & 0xffff) <= (w >> 16) &&
+                (w >> 16) < (cls + 1 < kSheafHeaders ? begin_of(cls + 1) : kSheafLayout.slots)));
   return w;
 }
 // Capacity and cached count of a class on a CPU (a racy read, except that the

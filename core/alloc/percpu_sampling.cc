@@ -29,7 +29,8 @@ void set_hits(uint32_t c, CpuMeta& m, unsigned cls, uint16_t value) {
 // Arms every class's sampling stream of CPU c (sampler.h).
 void arm_sampling(uint32_t c, CpuMeta& m) {
   m.sample_epoch = g_sample_epoch;
-  for (unsigned cls = 1; cls < kMaxClasses; cls++) set_hits(c, m, cls, sample_arm(&m.sample_left[cls], cls));
+  for (unsigned cls = 1; cls < kMaxClasses; cls++)
+    set_hits(c, m, cls, sample_arm(&m.sample_left[cls], cls));
 }
 
 // A carry of class cls's counter on CPU c (lock held): whether the allocation is the
@@ -77,7 +78,8 @@ using namespace percpu_internal;
 void percpu_sample_arm() {
   if (!g_percpu) return;
   for (uint32_t c = 0; c < g_cpu_count; c++) {
-    if (!(cpu_prepared_[c / 64].load(std::memory_order_acquire) & (uint64_t{1} << (c % 64)))) continue;
+    if (!(cpu_prepared_[c / 64].load(std::memory_order_acquire) & (uint64_t{1} << (c % 64))))
+      continue;
     CpuMeta& m = meta_[c];
     LockGuard g(m.lock);
     arm_sampling(c, m);

@@ -50,7 +50,8 @@ double ln(double x) {
     e++;
   }
   double t = (m - 1) / (m + 1), t2 = t * t;
-  double s = t * (2 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11))))));
+  double s =
+      t * (2 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11))))));
   return s + e * kLn2;
 }
 
@@ -63,8 +64,8 @@ double one_minus_exp_neg(double y) {
   double r = y - k * kLn2;  // exp(-y) = 2^-k exp(-r), r in [0, ln 2)
   // exp(-r) by its Taylor series to r^13 (error < 1e-13), Horner's rule with the
   // reciprocals precomputed: a division per term was 11% of a sampling-heavy loop.
-  static constexpr double kInv[] = {1.0,      1.0 / 2,  1.0 / 3,  1.0 / 4,  1.0 / 5,
-                                    1.0 / 6,  1.0 / 7,  1.0 / 8,  1.0 / 9,  1.0 / 10,
+  static constexpr double kInv[] = {1.0,      1.0 / 2,  1.0 / 3, 1.0 / 4, 1.0 / 5,
+                                    1.0 / 6,  1.0 / 7,  1.0 / 8, 1.0 / 9, 1.0 / 10,
                                     1.0 / 11, 1.0 / 12, 1.0 / 13};
   double sum = 1;
   for (int i = 12; i >= 0; i--) sum = 1 - r * kInv[i] * sum;

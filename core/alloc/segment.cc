@@ -8,7 +8,8 @@
 
 namespace uslab {
 
-USLAB_LARGE_ZERO constinit std::atomic<PageMap::Leaf*> PageMap::root_[size_t{1} << PageMap::kRootBits] = {};
+USLAB_LARGE_ZERO constinit std::atomic<PageMap::Leaf*>
+    PageMap::root_[size_t{1} << PageMap::kRootBits] = {};
 constinit Mutex PageMap::lock_;
 USLAB_LOCK_ONE(kPageMap, PageMap::lock());
 

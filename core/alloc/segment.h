@@ -48,28 +48,28 @@ struct alignas(128) Span {
   static constexpr uint8_t kSampledLarge = 1, kSampledSmall = 2;
 
   // Read on the free fast path (first cache line).
-  char* start;          // first byte of the span
-  uint64_t div_inv;     // slabs: the class's exact-division inverse (size_class.h)
-  uint32_t obj_size;    // slabs: class size
-  uint8_t size_class;   // slabs: class; 0 otherwise
+  char* start;         // first byte of the span
+  uint64_t div_inv;    // slabs: the class's exact-division inverse (size_class.h)
+  uint32_t obj_size;   // slabs: class size
+  uint8_t size_class;  // slabs: class; 0 otherwise
   SpanKind kind;
-  uint8_t dirty;        // free spans: 0 (kClean), kDirty or kFreshHuge (below)
-  uint8_t on_partial;   // slabs: linked on the central partial list
+  uint8_t dirty;       // free spans: 0 (kClean), kDirty or kFreshHuge (below)
+  uint8_t on_partial;  // slabs: linked on the central partial list
   uint32_t npages;
-  uint32_t div_limit;   // slabs: capacity << tz (exact division, size_class.h)
+  uint32_t div_limit;  // slabs: capacity << tz (exact division, size_class.h)
   Segment* segment;
-  Span* prev;           // free lists (page heap) or partial list (central)
+  Span* prev;  // free lists (page heap) or partial list (central)
   Span* next;
   // Slabs: objects free in the bitmap (1 bit = free), hint of the first word to scan.
   uint16_t capacity;
   uint16_t free_count;
   uint16_t scan_hint;
-  uint16_t div_mask;    // slabs: 2^tz - 1
+  uint16_t div_mask;     // slabs: 2^tz - 1
   uint64_t freed_at_ms;  // free spans: when their oldest dirty page became free (decay)
-  uint32_t first_page;  // index in the segment (0 for huge segments)
-  uint16_t shard;       // slabs: the shard that carved it (shard.h); fixed for its life
-  uint8_t sampled;      // large and huge: the heap profiler tracks its object (core/prof):
-                        // kSampledLarge, or kSampledSmall (a small object, obj_size bytes)
+  uint32_t first_page;   // index in the segment (0 for huge segments)
+  uint16_t shard;        // slabs: the shard that carved it (shard.h); fixed for its life
+  uint8_t sampled;       // large and huge: the heap profiler tracks its object (core/prof):
+                         // kSampledLarge, or kSampledSmall (a small object, obj_size bytes)
   // Slabs: the free bitmap (1 bit = free). Inline for up to kInlineBitmapBits
   // objects; a slab of more (the 8 and 16 B classes) keeps it in a 128-byte record
   // from its page heap's descriptor pool, whose address is the first inline word.

@@ -22,14 +22,18 @@ constinit std::atomic<uint32_t> next_thread_{0};
 constinit std::atomic<NodeBinding> binding_{NodeBinding::kOneNode};
 constinit std::atomic<bool> caches_known_{false};  // topo_'s cache sizes filled
 USLAB_LARGE_ZERO constinit std::atomic<uint64_t> remote_frees_[kTopoMaxNodes];
-USLAB_LARGE_ZERO Topology topo_;  // zero-initialised; written under map_lock_
+USLAB_LARGE_ZERO Topology topo_;      // zero-initialised; written under map_lock_
 uint8_t node_first_[kTopoMaxNodes];   // the node's first shard
 uint8_t node_shards_[kTopoMaxNodes];  // and how many it has (0: no CPUs)
 
 template <typename T>
-void store(T& x, T v) { __atomic_store_n(&x, v, __ATOMIC_RELAXED); }
+void store(T& x, T v) {
+  __atomic_store_n(&x, v, __ATOMIC_RELAXED);
+}
 template <typename T>
-T load(const T& x) { return __atomic_load_n(&x, __ATOMIC_RELAXED); }
+T load(const T& x) {
+  return __atomic_load_n(&x, __ATOMIC_RELAXED);
+}
 
 // Builds the map from topo_ (map_lock_ held).
 void build() {
@@ -49,7 +53,8 @@ void build() {
     uint32_t k = (ncpu[n] + per - 1) / per;
     store(node_first_[n], static_cast<uint8_t>(next % kMaxShards));
     store(node_shards_[n], static_cast<uint8_t>(k < kMaxShards ? k : kMaxShards));
-    for (uint32_t i = 0; i < k; i++) store(g_shard_node[(next + i) % kMaxShards], static_cast<uint8_t>(n));
+    for (uint32_t i = 0; i < k; i++)
+      store(g_shard_node[(next + i) % kMaxShards], static_cast<uint8_t>(n));
     next += k;
   }
   uint32_t seen[kTopoMaxNodes] = {};
@@ -62,8 +67,8 @@ void build() {
   __atomic_store_n(&g_cpu_shard_span, span, __ATOMIC_RELAXED);
   per_.store(per, std::memory_order_relaxed);
   nodes_.store(topo_.nodes, std::memory_order_relaxed);
-  binding_.store(topo_.nodes <= 1   ? NodeBinding::kOneNode
-                 : topo_.synthetic  ? NodeBinding::kSynthetic
+  binding_.store(topo_.nodes <= 1           ? NodeBinding::kOneNode
+                 : topo_.synthetic          ? NodeBinding::kSynthetic
                  : os::task_memory_policy() ? NodeBinding::kTaskPolicy
                                             : NodeBinding::kBound,
                  std::memory_order_relaxed);

@@ -62,7 +62,8 @@ void flush_bin(CacheBin& b, unsigned cls, uint32_t n, unsigned shard) {
 USLAB_LARGE_ZERO std::atomic<uint64_t> banked_hits_[kMaxClasses];
 
 void flush_all(ThreadCache* tc) {
-  for (unsigned c = 1; c < kMaxClasses; c++) flush_bin(tc->bins[c], c, tc->bins[c].count, tc->shard);
+  for (unsigned c = 1; c < kMaxClasses; c++)
+    flush_bin(tc->bins[c], c, tc->bins[c].count, tc->shard);
 }
 
 void release(ThreadCache* tc) {
@@ -93,7 +94,8 @@ void set_bin_hits(ThreadCache* tc, unsigned cls, uint16_t value) {
 
 void arm_sampling(ThreadCache* tc) {
   tc->sample_epoch = g_sample_epoch;
-  for (unsigned cls = 1; cls < kNumClasses; cls++) set_bin_hits(tc, cls, sample_arm(&tc->sample_left[cls], cls));
+  for (unsigned cls = 1; cls < kNumClasses; cls++)
+    set_bin_hits(tc, cls, sample_arm(&tc->sample_left[cls], cls));
 }
 
 // A carry of bin cls's counter: whether the allocation is the sampled one, with the
@@ -182,7 +184,7 @@ void* thread_cache_alloc_slow(unsigned cls) {
   }
   CacheBin& b = tc->bins[cls];
   if (b.count) return bin_pop(b);  // refilled by a nested call
-  if (b.cap == 0) {  // a cache class: straight to its slabs
+  if (b.cap == 0) {                // a cache class: straight to its slabs
     void* p;
     if (!g_central[tc->shard][cls].alloc_batch(cls, &p, 1)) return os::fail_nomem();
     return __builtin_expect(g_sampling, 0) ? sampled_or(tc, cls, p) : p;
@@ -256,7 +258,8 @@ void thread_cache_counts(size_t counts[kMaxClasses], size_t* ncaches) {
 }
 
 void thread_cache_hits(uint64_t hits[kMaxClasses]) {
-  for (size_t c = 0; c < kMaxClasses; c++) hits[c] = banked_hits_[c].load(std::memory_order_relaxed);
+  for (size_t c = 0; c < kMaxClasses; c++)
+    hits[c] = banked_hits_[c].load(std::memory_order_relaxed);
   LockGuard g(registry_lock_);
   for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)
     for (size_t c = 1; c < kNumClasses; c++) hits[c] += tc->bins[c].hits / kHitStep;

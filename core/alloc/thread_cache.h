@@ -43,12 +43,12 @@ struct CacheBin {
 
 struct ThreadCache {
   CacheBin bins[kMaxClasses];  // cache classes have capacity 0: pass-through
-  ThreadCache* prev;  // registry
+  ThreadCache* prev;           // registry
   ThreadCache* next;
   uint64_t refills;
   uint64_t flushes;
   uint64_t decay_ticks;  // the decay tick count when the bins were last given back
-  unsigned shard;  // whose central lists refill the bins (shard.h)
+  unsigned shard;        // whose central lists refill the bins (shard.h)
   // The heap profiler's streams (sampler.h), as per CPU in percpu.cc.
   uint32_t sample_epoch;
   uint64_t sample_left[kMaxClasses];

@@ -48,12 +48,12 @@ constexpr size_t kMaxSlabPages = 32;
 struct SizeClassInfo {
   uint32_t size;
   uint16_t slab_pages;
-  uint16_t objects;   // per slab
+  uint16_t objects;  // per slab
   uint16_t tcache_cap;
-  uint8_t tz;         // trailing zero bits of size
-  uint16_t batch;     // objects moved per refill/drain of a CPU sheaf
-  uint16_t sheaf_cap; // most objects one CPU may cache
-  uint64_t inv;       // inverse of size >> tz modulo 2^64
+  uint8_t tz;          // trailing zero bits of size
+  uint16_t batch;      // objects moved per refill/drain of a CPU sheaf
+  uint16_t sheaf_cap;  // most objects one CPU may cache
+  uint64_t inv;        // inverse of size >> tz modulo 2^64
 };
 
 namespace detail {
@@ -83,9 +83,9 @@ constexpr uint64_t inverse_odd(uint64_t d) {
   return x;
 }
 
-constexpr size_t kMaxBatch = 64;         // objects moved per refill/drain, at most
-constexpr size_t kMaxSheafCap = 1024;    // reserved sheaf slots of a size class
-constexpr size_t kCacheSheafCap = 128;   // reserved sheaf slots of a cache class
+constexpr size_t kMaxBatch = 64;        // objects moved per refill/drain, at most
+constexpr size_t kMaxSheafCap = 1024;   // reserved sheaf slots of a size class
+constexpr size_t kCacheSheafCap = 128;  // reserved sheaf slots of a cache class
 
 constexpr uint16_t clamp16(size_t v, size_t lo, size_t hi) {
   return static_cast<uint16_t>(v < lo ? lo : v > hi ? hi : v);
@@ -102,8 +102,8 @@ constexpr SizeClassInfo make_info(uint32_t size, size_t max_sheaf = kMaxSheafCap
   // 230-234 with that from 4 KiB, 217-222 with 16 KiB's worth (jemalloc 215; N x
   // alloc at 16-32 KiB 1.5x the cycles, a third of jemalloc's); 4 objects from 2 KiB
   // up (226 MiB then) cost 1.2-1.4x at 4 KiB, and was not taken.
-  size_t min_objs = size > 4096 ? (16384 / size > 1 ? 16384 / size : 1)
-                                : (32768 / size > 8 ? 8 : 32768 / size);
+  size_t min_objs =
+      size > 4096 ? (16384 / size > 1 ? 16384 / size : 1) : (32768 / size > 8 ? 8 : 32768 / size);
   uint16_t best_pages = 0;
   for (uint16_t np = 1; np <= kMaxSlabPages; np++) {
     size_t bytes = np * kPageSize;
@@ -157,8 +157,8 @@ constexpr std::array<uint8_t, N> make_lookup() {
 }  // namespace detail
 
 constexpr size_t kNumClasses = detail::kNumClassesWithZero;  // size classes are 1..kNumClasses-1
-constexpr size_t kFirstCacheClass = kNumClasses;              // object-cache classes follow
-constexpr size_t kMaxClasses = 128;                           // fits the page map's 7 class bits
+constexpr size_t kFirstCacheClass = kNumClasses;             // object-cache classes follow
+constexpr size_t kMaxClasses = 128;                          // fits the page map's 7 class bits
 using detail::kCacheSheafCap;
 using detail::kMaxBatch;
 inline constexpr auto kClassInfo = detail::make_table();

@@ -44,7 +44,8 @@ bool parse_proc_cgroup_line(const char* line, size_t len, void* arg) {
   for (const char* p = ctl; p < ctl + ctl_len;) {
     const char* end = static_cast<const char*>(memchr(p, ',', ctl + ctl_len - p));
     if (!end) end = ctl + ctl_len;
-    if (end - p == 6 && memcmp(p, "memory", 6) == 0) pc->has_v1 = copy(pc->v1, kPath, path, path_len);
+    if (end - p == 6 && memcmp(p, "memory", 6) == 0)
+      pc->has_v1 = copy(pc->v1, kPath, path, path_len);
     p = end + 1;
   }
   return true;
@@ -117,7 +118,8 @@ uint64_t read_limit(const char* path) {
   if (memcmp(buf, "max", 3) == 0) return 0;
   uint64_t v = 0;
   int digits = 0;
-  for (const char* p = buf; *p >= '0' && *p <= '9' && digits < 20; p++, digits++) v = v * 10 + (uint64_t)(*p - '0');
+  for (const char* p = buf; *p >= '0' && *p <= '9' && digits < 20; p++, digits++)
+    v = v * 10 + (uint64_t)(*p - '0');
   if (digits == 0) return UINT64_MAX;
   return v >= (uint64_t{1} << 62) ? 0 : v;
 }

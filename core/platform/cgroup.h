@@ -24,9 +24,9 @@ struct CgroupFiles {
 };
 
 struct CgroupLimit {
-  uint64_t bytes;    // the lowest limit found (0: none)
-  int version;       // 1 or 2 (0: no memory controller found)
-  char file[256];    // the file that set it (with the prefix)
+  uint64_t bytes;  // the lowest limit found (0: none)
+  int version;     // 1 or 2 (0: no memory controller found)
+  char file[256];  // the file that set it (with the prefix)
 };
 
 // The limit of this process's memory controller; false when none can be found (no

@@ -56,11 +56,20 @@ bool parse_size(const char* v, size_t n, uint64_t* out) {
   unsigned shift = 0;
   if (n > 1) {
     switch (v[n - 1] | 0x20) {
-      case 'k': shift = 10; break;
-      case 'm': shift = 20; break;
-      case 'g': shift = 30; break;
-      case 't': shift = 40; break;
-      default: break;
+      case 'k':
+        shift = 10;
+        break;
+      case 'm':
+        shift = 20;
+        break;
+      case 'g':
+        shift = 30;
+        break;
+      case 't':
+        shift = 40;
+        break;
+      default:
+        break;
     }
   }
   uint64_t x;
@@ -77,10 +86,14 @@ bool parse_signal(const char* v, size_t n, uint64_t* out) {
     n -= 3;
   }
   uint64_t x;
-  if (key_is(v, n, "USR1")) x = 10;
-  else if (key_is(v, n, "USR2")) x = 12;
-  else if (n > 6 && memcmp(v, "RTMIN+", 6) == 0 && parse_u64(v + 6, n - 6, &x)) x += 34;
-  else if (!parse_u64(v, n, &x)) return false;
+  if (key_is(v, n, "USR1"))
+    x = 10;
+  else if (key_is(v, n, "USR2"))
+    x = 12;
+  else if (n > 6 && memcmp(v, "RTMIN+", 6) == 0 && parse_u64(v + 6, n - 6, &x))
+    x += 34;
+  else if (!parse_u64(v, n, &x))
+    return false;
   if (x < 1 || x > 64 || x == 9 || x == 19) return false;  // SIGKILL and SIGSTOP cannot be caught
   *out = x;
   return true;
@@ -124,15 +137,21 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
   } else if (key_is(k, klen, "background_thread")) {
     bool on;
     ok = true;
-    if (key_is(v, vlen, "auto")) cfg.background_thread = Config::Background::kAuto;
-    else if (parse_bool(v, vlen, &on)) cfg.background_thread = on ? Config::Background::kOn : Config::Background::kOff;
-    else ok = false;
+    if (key_is(v, vlen, "auto"))
+      cfg.background_thread = Config::Background::kAuto;
+    else if (parse_bool(v, vlen, &on))
+      cfg.background_thread = on ? Config::Background::kOn : Config::Background::kOff;
+    else
+      ok = false;
   } else if (key_is(k, klen, "memory_limit")) {
     uint64_t bytes;
     ok = true;
-    if (key_is(v, vlen, "none")) cfg.memory_limit = kMemoryLimitNone;
-    else if (parse_size(v, vlen, &bytes) && bytes != kMemoryLimitNone) cfg.memory_limit = bytes;
-    else ok = false;
+    if (key_is(v, vlen, "none"))
+      cfg.memory_limit = kMemoryLimitNone;
+    else if (parse_size(v, vlen, &bytes) && bytes != kMemoryLimitNone)
+      cfg.memory_limit = bytes;
+    else
+      ok = false;
   } else if (key_is(k, klen, "memory_limit_hard")) {
     ok = parse_bool(v, vlen, &cfg.memory_limit_hard);
   } else if (key_is(k, klen, "thp")) {
@@ -166,16 +185,24 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_signal(v, vlen, &cfg.prof_signal);
   } else if (key_is(k, klen, "foreign_free")) {
     ok = true;
-    if (key_is(v, vlen, "forward")) cfg.foreign_free = Config::ForeignFree::kForward;
-    else if (key_is(v, vlen, "report")) cfg.foreign_free = Config::ForeignFree::kReport;
-    else if (key_is(v, vlen, "abort")) cfg.foreign_free = Config::ForeignFree::kAbort;
-    else ok = false;
+    if (key_is(v, vlen, "forward"))
+      cfg.foreign_free = Config::ForeignFree::kForward;
+    else if (key_is(v, vlen, "report"))
+      cfg.foreign_free = Config::ForeignFree::kReport;
+    else if (key_is(v, vlen, "abort"))
+      cfg.foreign_free = Config::ForeignFree::kAbort;
+    else
+      ok = false;
   } else if (key_is(k, klen, "topology")) {
     ok = true;
-    if (key_is(v, vlen, "auto")) cfg.topology = TopologySource::kAuto;
-    else if (key_is(v, vlen, "probe")) cfg.topology = TopologySource::kProbe;
-    else if (key_is(v, vlen, "hwloc")) cfg.topology = TopologySource::kHwloc;
-    else ok = false;
+    if (key_is(v, vlen, "auto"))
+      cfg.topology = TopologySource::kAuto;
+    else if (key_is(v, vlen, "probe"))
+      cfg.topology = TopologySource::kProbe;
+    else if (key_is(v, vlen, "hwloc"))
+      cfg.topology = TopologySource::kHwloc;
+    else
+      ok = false;
   } else {
     warn(origin, "unknown key", k, klen);
     return;

@@ -23,15 +23,15 @@ namespace uslab {
 enum class TopologySource : uint8_t { kAuto, kProbe, kHwloc };
 
 struct Config {
-  bool abort_on_error = true;   // invalid/double free: report and abort (false: report, leak)
-  bool tcache = true;           // per-thread caches in front of the central lists
-  bool percpu = true;           // per-CPU sheaves over rseq when the kernel allows
-  uint64_t cpu_cache_bytes = 0; // capacity budget per CPU (0: from the L2 size)
-  uint64_t shard_cpus = 0;      // CPUs per shard (depots, slab lists, page heap; 0: 1)
-  uint64_t percpu_cpus = 0;     // sheaves for CPU ids below this (0: all possible CPUs)
-  bool stats_at_exit = false;   // print the stats table on stderr at exit
-  uint64_t decay_ms = 10000;    // memory the program frees goes back to the OS within this
-  bool membarrier = true;       // writers fence readers with membarrier (false: readers fence)
+  bool abort_on_error = true;    // invalid/double free: report and abort (false: report, leak)
+  bool tcache = true;            // per-thread caches in front of the central lists
+  bool percpu = true;            // per-CPU sheaves over rseq when the kernel allows
+  uint64_t cpu_cache_bytes = 0;  // capacity budget per CPU (0: from the L2 size)
+  uint64_t shard_cpus = 0;       // CPUs per shard (depots, slab lists, page heap; 0: 1)
+  uint64_t percpu_cpus = 0;      // sheaves for CPU ids below this (0: all possible CPUs)
+  bool stats_at_exit = false;    // print the stats table on stderr at exit
+  uint64_t decay_ms = 10000;     // memory the program frees goes back to the OS within this
+  bool membarrier = true;        // writers fence readers with membarrier (false: readers fence)
   // The background thread (core/alloc/background.h), which returns memory and frees
   // deferred objects with no call from the program: never, from the start, or (auto)
   // from the first moment there is memory to give back.
@@ -43,7 +43,7 @@ struct Config {
   uint64_t memory_limit = 0;
   bool memory_limit_hard = false;
   TopologySource topology = TopologySource::kAuto;
-  bool thp = true;              // transparent huge pages for dense segments (page_heap.h)
+  bool thp = true;  // transparent huge pages for dense segments (page_heap.h)
   // Checking for debugging (both off by default). poison: freed small objects are
   // filled with kPoisonByte and checked when they are handed out again, and every
   // allocation and free goes to the slabs (config_init turns percpu and tcache off),

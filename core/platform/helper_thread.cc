@@ -82,7 +82,8 @@ __attribute__((noinline)) uintptr_t first_foreign_return() {
     if (!in(self_, nself_, ret)) return ret;
     auto* next = reinterpret_cast<uintptr_t*>(fp[0]);
     // Frames grow towards higher addresses as we go up, by less than a stack.
-    if (next <= fp || reinterpret_cast<uintptr_t>(next) - reinterpret_cast<uintptr_t>(fp) > (8u << 20) ||
+    if (next <= fp ||
+        reinterpret_cast<uintptr_t>(next) - reinterpret_cast<uintptr_t>(fp) > (8u << 20) ||
         (reinterpret_cast<uintptr_t>(next) & 7))
       return 0;
     fp = next;
@@ -124,10 +125,14 @@ ThreadVeto helper_thread_veto() {
 
 const char* thread_veto_name(ThreadVeto v) {
   switch (v) {
-    case ThreadVeto::kNone: return "none";
-    case ThreadVeto::kNotReady: return "before the library's constructor";
-    case ThreadVeto::kLibcCaller: return "called from inside libc";
-    case ThreadVeto::kSeccomp: return "a seccomp filter is in force";
+    case ThreadVeto::kNone:
+      return "none";
+    case ThreadVeto::kNotReady:
+      return "before the library's constructor";
+    case ThreadVeto::kLibcCaller:
+      return "called from inside libc";
+    case ThreadVeto::kSeccomp:
+      return "a seccomp filter is in force";
   }
   return "?";
 }

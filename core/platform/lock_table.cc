@@ -12,8 +12,10 @@
 #include "core/platform/os.h"
 
 // The linker's bounds of the registry's section (hidden: this library's own).
-extern "C" const uslab::LockSet* const __start_uslab_lock_sets[] __attribute__((visibility("hidden")));
-extern "C" const uslab::LockSet* const __stop_uslab_lock_sets[] __attribute__((visibility("hidden")));
+extern "C" const uslab::LockSet* const __start_uslab_lock_sets[]
+    __attribute__((visibility("hidden")));
+extern "C" const uslab::LockSet* const __stop_uslab_lock_sets[]
+    __attribute__((visibility("hidden")));
 
 namespace uslab {
 namespace {
@@ -51,13 +53,28 @@ void sort_sets() {
 }  // namespace
 
 const char* lock_rank_name(LockRank r) {
-  static constexpr const char* kNames[] = {
-      "none",         "mallctl",        "topology print", "object-cache registry", "deferred slots init",
-      "grace init",   "deferred slot",  "deferred queue",        "thread-cache registry",
-      "per-CPU init", "rseq init",      "CPU",                   "depot",
-      "central list", "huge cache",     "page heap",             "memory limit",
-      "metadata pool", "metadata arena", "page map",             "shard map",
-      "profiler"};
+  static constexpr const char* kNames[] = {"none",
+                                           "mallctl",
+                                           "topology print",
+                                           "object-cache registry",
+                                           "deferred slots init",
+                                           "grace init",
+                                           "deferred slot",
+                                           "deferred queue",
+                                           "thread-cache registry",
+                                           "per-CPU init",
+                                           "rseq init",
+                                           "CPU",
+                                           "depot",
+                                           "central list",
+                                           "huge cache",
+                                           "page heap",
+                                           "memory limit",
+                                           "metadata pool",
+                                           "metadata arena",
+                                           "page map",
+                                           "shard map",
+                                           "profiler"};
   static_assert(sizeof kNames / sizeof kNames[0] == static_cast<size_t>(LockRank::kProfiler) + 1);
   auto i = static_cast<size_t>(r);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "?";

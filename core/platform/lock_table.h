@@ -100,14 +100,14 @@ struct LockSet {
 #define USLAB_LOCK_SET_NAME(a, n) USLAB_LOCK_SET_NAME2(a, n)
 #define USLAB_LOCK_SET_AT(n, rank, count_fn, at_fn)                                      \
   constinit const ::uslab::LockSet USLAB_LOCK_SET_NAME(uslab_lock_set_, n) = {           \
-      ::uslab::LockRank::rank, +(count_fn), +(at_fn)};                                    \
+      ::uslab::LockRank::rank, +(count_fn), +(at_fn)};                                   \
   [[gnu::used, gnu::section("uslab_lock_sets")]] constinit const ::uslab::LockSet* const \
-      USLAB_LOCK_SET_NAME(uslab_lock_set_ref_, n) = &USLAB_LOCK_SET_NAME(uslab_lock_set_, n)
+  USLAB_LOCK_SET_NAME(uslab_lock_set_ref_, n) = &USLAB_LOCK_SET_NAME(uslab_lock_set_, n)
 #define USLAB_LOCK_SET(rank, count_fn, at_fn) USLAB_LOCK_SET_AT(__COUNTER__, rank, count_fn, at_fn)
 // One lock.
-#define USLAB_LOCK_ONE(rank, mutex)                                                       \
-  USLAB_LOCK_SET(rank, []() -> uint32_t { return 1; },                                  \
-                 [](uint32_t) -> ::uslab::Mutex* { return &(mutex); })
+#define USLAB_LOCK_ONE(rank, mutex) \
+  USLAB_LOCK_SET(                   \
+      rank, []() -> uint32_t { return 1; }, [](uint32_t) -> ::uslab::Mutex* { return &(mutex); })
 
 constexpr uint32_t kMaxLockSets = 64;
 

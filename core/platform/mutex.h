@@ -132,10 +132,11 @@ class Mutex {
     for (int spin = 0; spin < 100; spin++) {
       uint32_t v = word_.load(std::memory_order_relaxed);
       if ((v & ~kWaiters) == me)
-        os::fatal("uslab: allocator re-entered while this thread holds one of its locks "
-                  "(malloc from a signal handler that interrupted malloc?)\n");
-      if (v == 0 && word_.compare_exchange_weak(v, me, std::memory_order_acquire,
-                                                std::memory_order_relaxed))
+        os::fatal(
+            "uslab: allocator re-entered while this thread holds one of its locks "
+            "(malloc from a signal handler that interrupted malloc?)\n");
+      if (v == 0 &&
+          word_.compare_exchange_weak(v, me, std::memory_order_acquire, std::memory_order_relaxed))
         return;
       os::cpu_relax();
     }
@@ -148,9 +149,9 @@ class Mutex {
           return;
         continue;
       }
-      if (!(v & kWaiters) && !word_.compare_exchange_weak(v, v | kWaiters,
-                                                          std::memory_order_relaxed,
-                                                          std::memory_order_relaxed))
+      if (!(v & kWaiters) &&
+          !word_.compare_exchange_weak(v, v | kWaiters, std::memory_order_relaxed,
+                                       std::memory_order_relaxed))
         continue;
       os::futex_wait(reinterpret_cast<uint32_t*>(&word_), v | kWaiters);
     }

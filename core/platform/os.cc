@@ -136,8 +136,8 @@ bool remap_in_place(void* p, size_t old_bytes, size_t new_bytes) {
 }
 
 bool remap_to(void* p, size_t old_bytes, size_t new_bytes, void* to) {
-  if (syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes,
-               MREMAP_MAYMOVE | MREMAP_FIXED, (long)to) != (long)to)
+  if (syscall6(SYS_mremap, (long)p, (long)old_bytes, (long)new_bytes, MREMAP_MAYMOVE | MREMAP_FIXED,
+               (long)to) != (long)to)
     return false;
   track_unmap(p, old_bytes);
   return true;
@@ -181,8 +181,10 @@ ThpMode thp_mode() {
   if (n > 0) {
     buf[n] = 0;
     const char* sel = __builtin_strstr(buf, "[");  // the selected word is bracketed
-    if (sel && sel[1] == 'a' && sel[2] == 'l') t = ThpMode::kAlways;
-    else if (sel && sel[1] == 'm') t = ThpMode::kMadvise;
+    if (sel && sel[1] == 'a' && sel[2] == 'l')
+      t = ThpMode::kAlways;
+    else if (sel && sel[1] == 'm')
+      t = ThpMode::kMadvise;
   }
   mode.store(static_cast<uint8_t>(static_cast<uint8_t>(t) + 1), std::memory_order_relaxed);
   return t;
@@ -197,7 +199,8 @@ void futex_wait(const uint32_t* addr, uint32_t expected) {
 }
 
 void futex_wait_ms(const uint32_t* addr, uint32_t expected, uint64_t timeout_ms) {
-  struct timespec ts = {static_cast<time_t>(timeout_ms / 1000), static_cast<long>(timeout_ms % 1000) * 1000000};
+  struct timespec ts = {static_cast<time_t>(timeout_ms / 1000),
+                        static_cast<long>(timeout_ms % 1000) * 1000000};
   syscall6(SYS_futex, (long)addr, FUTEX_WAIT_PRIVATE, expected, reinterpret_cast<long>(&ts));
 }
 
@@ -221,7 +224,8 @@ uint64_t now_ms() {
 }
 
 void sleep_ns(uint64_t ns) {
-  struct timespec ts = {static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
+  struct timespec ts = {static_cast<time_t>(ns / 1000000000ull),
+                        static_cast<long>(ns % 1000000000ull)};
   syscall6(SYS_nanosleep, reinterpret_cast<long>(&ts), 0);
 }
 
@@ -259,8 +263,10 @@ bool for_each_line(const char* path, bool (*fn)(const char*, size_t, void*), voi
     if (!eof && have < sizeof buf) {
       long r = syscall6(SYS_read, fd, (long)(buf + have), (long)(sizeof buf - have));
       if (r == -EINTR) continue;
-      if (r <= 0) eof = true;
-      else have += (size_t)r;
+      if (r <= 0)
+        eof = true;
+      else
+        have += (size_t)r;
     }
     char* nl = static_cast<char*>(memchr(buf, '\n', have));
     size_t len = nl ? (size_t)(nl - buf) : have;

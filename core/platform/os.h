@@ -124,7 +124,8 @@ long read_file(const char* path, char* buf, size_t cap);
 // longer than 1 KiB are cut there), read with raw syscalls through a small window, so
 // files of any length (mountinfo) need no big buffer; stops early when fn returns
 // false. False when the file cannot be opened.
-bool for_each_line(const char* path, bool (*fn)(const char* line, size_t len, void* arg), void* arg);
+bool for_each_line(const char* path, bool (*fn)(const char* line, size_t len, void* arg),
+                   void* arg);
 
 void write_fd(int fd, const char* s, size_t n);
 void write_stderr(const char* s, size_t n);
@@ -142,7 +143,8 @@ void print_stderr(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // condition and abort; in release builds cond is not evaluated.
 #if USLAB_DEBUG_CHECKS
 #define USLAB_DCHECK(cond) \
-  ((cond) ? (void)0 : ::uslab::os::fatal("uslab: check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__))
+  ((cond) ? (void)0        \
+          : ::uslab::os::fatal("uslab: check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__))
 #else
 #define USLAB_DCHECK(cond) ((void)sizeof(!(cond)))
 #endif

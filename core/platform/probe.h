@@ -1,18 +1,17 @@
 // core/platform/probe.h — USDT probes on the slow paths, for perf and bpftrace.
 //
-// Owns: USLAB_PROBE(name, a, b) (and USLAB_PROBE4), a systemtap-style static probe "uslab:name" with two
-// integer arguments (a `nop` and an ELF note; nothing runs unless a tracer attaches).
-// `readelf -n libuslab.so` lists them; `perf probe -x libuslab.so sdt_uslab:NAME`
-// enables one. Without <sys/sdt.h> (Debian's systemtap-sdt-dev) they compile away.
-// Probes: sheaf_refill (class, objects), sheaf_drain (class, objects), slab_grow
-// (class, slab), slab_release (class, slab), page_purge (address, bytes),
-// large_alloc (bytes, alignment), deferred_batch (objects, grace-period stamp): a
-// batch of deferred frees given back after its grace period, remote_flush (objects,
-// groups): a CPU's remote-node buffer flushed to the nodes that own its objects.
-// USLAB_PROBE4 (four arguments): prof_sample (address, bytes, weight, class) for each
-// object the heap profiler samples (core/prof: weight is the bytes it stands for,
-// bytes / (1 - exp(-bytes / prof_sample)); class is the size or cache class, 0 for
-// large and huge), and prof_free with the same arguments when it is freed.
+// Owns: USLAB_PROBE(name, a, b) (and USLAB_PROBE4), a systemtap-style static probe "uslab:name"
+// with two integer arguments (a `nop` and an ELF note; nothing runs unless a tracer attaches).
+// `readelf -n libuslab.so` lists them; `perf probe -x libuslab.so sdt_uslab:NAME` enables one.
+// Without <sys/sdt.h> (Debian's systemtap-sdt-dev) they compile away. Probes: sheaf_refill (class,
+// objects), sheaf_drain (class, objects), slab_grow (class, slab), slab_release (class, slab),
+// page_purge (address, bytes), large_alloc (bytes, alignment), deferred_batch (objects,
+// grace-period stamp): a batch of deferred frees given back after its grace period, remote_flush
+// (objects, groups): a CPU's remote-node buffer flushed to the nodes that own its objects.
+// USLAB_PROBE4 (four arguments): prof_sample (address, bytes, weight, class) for each object the
+// heap profiler samples (core/prof: weight is the bytes it stands for, bytes / (1 - exp(-bytes /
+// prof_sample)); class is the size or cache class, 0 for large and huge), and prof_free with the
+// same arguments when it is freed.
 #pragma once
 
 #if defined(__has_include) && __has_include(<sys/sdt.h>)

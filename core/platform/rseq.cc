@@ -36,8 +36,8 @@ static_assert(__builtin_offsetof(RseqArea, rseq_cs) == kRseqCsOffset);
 constexpr int kRseqFlagUnregister = 1;
 
 // The area uslab registers when glibc did not (kOwn mode only).
-__thread RseqArea t_area __attribute__((tls_model("initial-exec"))) = {
-    0, kRseqCpuUninitialized, 0, 0, 0, 0, 0};
+__thread RseqArea t_area
+    __attribute__((tls_model("initial-exec"))) = {0, kRseqCpuUninitialized, 0, 0, 0, 0, 0};
 // 0: not registered yet; 1: registered; 2: refused or exited (never try again).
 __thread uint8_t t_registration __attribute__((tls_model("initial-exec"))) = 0;
 
@@ -61,7 +61,8 @@ bool register_area() {
 void enable_fences() {
   long cmds = os::syscall6(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
   if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)) return;
-  fence_ok_ = os::syscall6(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0;
+  fence_ok_ =
+      os::syscall6(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0;
 }
 
 RseqMode decide(bool wanted) {
@@ -110,9 +111,12 @@ RseqMode rseq_mode() {
 
 const char* rseq_mode_name(RseqMode m) {
   switch (m) {
-    case RseqMode::kGlibc: return "percpu (rseq, glibc's registration)";
-    case RseqMode::kOwn: return "percpu (rseq, uslab's registration)";
-    case RseqMode::kNone: break;
+    case RseqMode::kGlibc:
+      return "percpu (rseq, glibc's registration)";
+    case RseqMode::kOwn:
+      return "percpu (rseq, uslab's registration)";
+    case RseqMode::kNone:
+      break;
   }
   return "per-thread caches";
 }

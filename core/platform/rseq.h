@@ -60,9 +60,7 @@ void rseq_unregister_thread();
 inline uint32_t rseq_cpu_id() {
 #if defined(__x86_64__)
   uint32_t cpu;
-  __asm__ volatile("movl %%fs:%c1(%2), %0"
-                   : "=r"(cpu)
-                   : "i"(kRseqCpuIdOffset), "r"(g_rseq_offset));
+  __asm__ volatile("movl %%fs:%c1(%2), %0" : "=r"(cpu) : "i"(kRseqCpuIdOffset), "r"(g_rseq_offset));
   return cpu;
 #else
   return kRseqCpuUninitialized;  // the per-CPU sections exist for x86-64 only

@@ -35,13 +35,13 @@ struct CacheInfo {
 };
 
 struct Topology {
-  uint32_t cpus_possible;  // highest possible CPU id + 1 (at least 1)
-  uint32_t cpus_online;    // 0: unknown (basic probe)
-  uint32_t cpus_allowed;   // in this process's affinity mask; 0: unknown
-  uint32_t nodes;          // highest NUMA node id + 1 (at least 1)
-  CacheInfo l1d, l2, l3;   // of the lowest online CPU
-  bool synthetic;          // hwloc's HWLOC_SYNTHETIC: the nodes do not exist (no mbind)
-  char source[24];         // "probe", "probe (full)", "hwloc", "hwloc synthetic"
+  uint32_t cpus_possible;          // highest possible CPU id + 1 (at least 1)
+  uint32_t cpus_online;            // 0: unknown (basic probe)
+  uint32_t cpus_allowed;           // in this process's affinity mask; 0: unknown
+  uint32_t nodes;                  // highest NUMA node id + 1 (at least 1)
+  CacheInfo l1d, l2, l3;           // of the lowest online CPU
+  bool synthetic;                  // hwloc's HWLOC_SYNTHETIC: the nodes do not exist (no mbind)
+  char source[24];                 // "probe", "probe (full)", "hwloc", "hwloc synthetic"
   uint8_t cpu_node[kTopoMaxCpus];  // node of each CPU id below cpus_possible
 
   uint32_t node_of(uint32_t cpu) const { return cpu < kTopoMaxCpus ? cpu_node[cpu] : 0; }

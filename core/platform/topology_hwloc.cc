@@ -63,8 +63,7 @@ bool open_hwloc(Hwloc* h, char* why, size_t cap) {
             resolve(lib, "hwloc_get_type_depth", &h->get_type_depth) &&
             resolve(lib, "hwloc_get_nbobjs_by_depth", &h->get_nbobjs_by_depth) &&
             resolve(lib, "hwloc_get_obj_by_depth", &h->get_obj_by_depth) &&
-            resolve(lib, "hwloc_topology_get_complete_cpuset",
-                    &h->topology_get_complete_cpuset) &&
+            resolve(lib, "hwloc_topology_get_complete_cpuset", &h->topology_get_complete_cpuset) &&
             resolve(lib, "hwloc_get_cpubind", &h->get_cpubind) &&
             resolve(lib, "hwloc_bitmap_alloc", &h->bitmap_alloc) &&
             resolve(lib, "hwloc_bitmap_free", &h->bitmap_free) &&
@@ -88,7 +87,7 @@ bool open_hwloc(Hwloc* h, char* why, size_t cap) {
 // The caches above PU `pu` (its ancestors), as the probe reports the lowest CPU's.
 void fill_caches(const Hwloc& h, hwloc_obj_t pu, Topology* t) {
   for (hwloc_obj_t o = pu ? pu->parent : nullptr; o; o = o->parent) {
-    CacheInfo* slot = o->type == HWLOC_OBJ_L1CACHE ? &t->l1d
+    CacheInfo* slot = o->type == HWLOC_OBJ_L1CACHE   ? &t->l1d
                       : o->type == HWLOC_OBJ_L2CACHE ? &t->l2
                       : o->type == HWLOC_OBJ_L3CACHE ? &t->l3
                                                      : nullptr;

@@ -53,7 +53,8 @@ bool read_text(const char* path, char* buf, size_t cap) {
 
 uint32_t count_list(const char* text) {
   uint32_t n = 0;
-  cpulist_parse(text, ~0u, [](uint32_t, void* arg) { ++*static_cast<uint32_t*>(arg); }, &n);
+  cpulist_parse(
+      text, ~0u, [](uint32_t, void* arg) { ++*static_cast<uint32_t*>(arg); }, &n);
   return n;
 }
 
@@ -61,9 +62,12 @@ uint32_t count_list(const char* text) {
 uint64_t parse_size(const char* s) {
   uint64_t v = 0;
   while (*s >= '0' && *s <= '9') v = v * 10 + static_cast<uint64_t>(*s++ - '0');
-  if (*s == 'K') v <<= 10;
-  else if (*s == 'M') v <<= 20;
-  else if (*s == 'G') v <<= 30;
+  if (*s == 'K')
+    v <<= 10;
+  else if (*s == 'M')
+    v <<= 20;
+  else if (*s == 'G')
+    v <<= 30;
   return v;
 }
 
@@ -121,8 +125,8 @@ void sysfs_caches(Topology* t, uint32_t cpu, bool sizes, bool sharing) {
       if (read_text(path, buf, 32)) slot->bytes = parse_size(buf);
     }
     if (sharing) {
-      os::format(path, sizeof path,
-                 "/sys/devices/system/cpu/cpu%u/cache/index%d/shared_cpu_list", cpu, i);
+      os::format(path, sizeof path, "/sys/devices/system/cpu/cpu%u/cache/index%d/shared_cpu_list",
+                 cpu, i);
       if (read_text(path, buf, sizeof buf)) slot->shared_cpus = count_list(buf);
     }
   }
@@ -164,16 +168,22 @@ void topology_probe(Topology* t, bool full) {
     uint32_t span = cpulist_span(buf);
     if (span > 1) {
       t->nodes = span;
-      cpulist_parse(buf, ~0u, [](uint32_t node, void* arg) {
-        char path[64], list[4096];
-        os::format(path, sizeof path, "/sys/devices/system/node/node%u/cpulist", node);
-        if (!read_text(path, list, sizeof list)) return;
-        NodeFill f{static_cast<Topology*>(arg), node % kTopoMaxNodes};
-        cpulist_parse(list, kTopoMaxCpus, [](uint32_t cpu, void* fa) {
-          auto* nf = static_cast<NodeFill*>(fa);
-          nf->t->cpu_node[cpu] = static_cast<uint8_t>(nf->node);
-        }, &f);
-      }, t);
+      cpulist_parse(
+          buf, ~0u,
+          [](uint32_t node, void* arg) {
+            char path[64], list[4096];
+            os::format(path, sizeof path, "/sys/devices/system/node/node%u/cpulist", node);
+            if (!read_text(path, list, sizeof list)) return;
+            NodeFill f{static_cast<Topology*>(arg), node % kTopoMaxNodes};
+            cpulist_parse(
+                list, kTopoMaxCpus,
+                [](uint32_t cpu, void* fa) {
+                  auto* nf = static_cast<NodeFill*>(fa);
+                  nf->t->cpu_node[cpu] = static_cast<uint8_t>(nf->node);
+                },
+                &f);
+          },
+          t);
     }
   }
   if (t->nodes > kTopoMaxNodes) t->nodes = kTopoMaxNodes;
@@ -227,8 +237,7 @@ size_t topology_diff(const Topology& a, const Topology& b, char* out, size_t cap
 }
 
 size_t topology_format(const Topology& t, char* out, size_t cap) {
-  size_t len = os::format(out, cap, "  source: %s\n  CPUs: %u possible", t.source,
-                          t.cpus_possible);
+  size_t len = os::format(out, cap, "  source: %s\n  CPUs: %u possible", t.source, t.cpus_possible);
   if (t.cpus_online) len += os::format(out + len, cap - len, ", %u online", t.cpus_online);
   if (t.cpus_allowed) len += os::format(out + len, cap - len, ", %u allowed", t.cpus_allowed);
   len += os::format(out + len, cap - len, "\n  NUMA nodes: %u%s\n", t.nodes,
@@ -251,10 +260,9 @@ size_t topology_format(const Topology& t, char* out, size_t cap) {
   const char* names[3] = {"L1d", "L2", "L3"};
   for (int i = 0; i < 3 && len + 1 < cap; i++) {
     len += os::format(out + len, cap - len, "  %s: ", names[i]);
-    len += caches[i]->bytes
-               ? os::format(out + len, cap - len, "%lu KiB",
-                            static_cast<unsigned long>(caches[i]->bytes >> 10))
-               : os::format(out + len, cap - len, "unknown");
+    len += caches[i]->bytes ? os::format(out + len, cap - len, "%lu KiB",
+                                         static_cast<unsigned long>(caches[i]->bytes >> 10))
+                            : os::format(out + len, cap - len, "unknown");
     if (caches[i]->shared_cpus)
       len += os::format(out + len, cap - len, ", shared by %u CPU%s", caches[i]->shared_cpus,
                         caches[i]->shared_cpus == 1 ? "" : "s");

@@ -55,7 +55,9 @@ inline void track_alloc(const void* p, size_t n, bool = false) {
 }
 inline void track_free(const void* p, size_t n) { __asan_poison_memory_region(p, n); }
 inline void track_resize(const void* p, size_t, size_t n) { __asan_unpoison_memory_region(p, n); }
-inline void track_move(const void*, const void* p, size_t n) { __asan_unpoison_memory_region(p, n); }
+inline void track_move(const void*, const void* p, size_t n) {
+  __asan_unpoison_memory_region(p, n);
+}
 inline void track_open(const void* p, size_t n) { __asan_unpoison_memory_region(p, n); }
 inline void track_close(const void* p, size_t n) { __asan_poison_memory_region(p, n); }
 inline void track_unmap(const void* p, size_t n) { __asan_unpoison_memory_region(p, n); }
@@ -65,7 +67,9 @@ inline void track_alloc(const void* p, size_t n, bool defined = false) {
   if (p) VALGRIND_MALLOCLIKE_BLOCK(p, n, 0, defined);
 }
 inline void track_free(const void* p, size_t) { VALGRIND_FREELIKE_BLOCK(p, 0); }
-inline void track_resize(const void* p, size_t old, size_t n) { VALGRIND_RESIZEINPLACE_BLOCK(p, old, n, 0); }
+inline void track_resize(const void* p, size_t old, size_t n) {
+  VALGRIND_RESIZEINPLACE_BLOCK(p, old, n, 0);
+}
 inline void track_move(const void* old, const void* p, size_t n) {
   VALGRIND_FREELIKE_BLOCK(old, 0);
   VALGRIND_MALLOCLIKE_BLOCK(p, n, 0, 1);

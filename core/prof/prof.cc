@@ -196,7 +196,8 @@ double inverse_probability(size_t size) {
   };
   USLAB_LARGE_ZERO static Entry cache[64];
   Entry& e = cache[(size >> 3) % 64];
-  if (e.size != size || e.mean != g_sample_bytes) e = Entry{size, g_sample_bytes, 1 / sample_probability(size)};
+  if (e.size != size || e.mean != g_sample_bytes)
+    e = Entry{size, g_sample_bytes, 1 / sample_probability(size)};
   return e.inverse;
 }
 
@@ -215,8 +216,9 @@ double inverse_probability(size_t size) {
     if (k < 0 || (g_live_count * 2 >= g_live_cap && !grow_live())) return;
     size_t s = slot_of(reinterpret_cast<uintptr_t>(p), g_live_cap);
     while (g_live[s].p) s = (s + 1) & (g_live_cap - 1);
-    g_live[s] = LiveRec{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(k),
-                        static_cast<uint32_t>(size < UINT32_MAX ? size : UINT32_MAX), objects, bytes};
+    g_live[s] =
+        LiveRec{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(k),
+                static_cast<uint32_t>(size < UINT32_MAX ? size : UINT32_MAX), objects, bytes};
     g_live_count++;
     StackRec& r = g_stacks[k];
     r.alloc_objects += objects;
@@ -325,7 +327,8 @@ const SampleHooks g_hooks = {sample_small};
 
 // Where a dump goes: PREFIX.PID.SEQ.KIND.pb
 void dump_path(char* out, size_t cap, const char* kind) {
-  os::format(out, cap, "%s.%d.%u.%s.pb", g_config.prof_prefix, static_cast<int>(os::syscall6(SYS_getpid)),
+  os::format(out, cap, "%s.%d.%u.%s.pb", g_config.prof_prefix,
+             static_cast<int>(os::syscall6(SYS_getpid)),
              __atomic_fetch_add(&g_seq, 1, __ATOMIC_RELAXED), kind);
 }
 
@@ -466,8 +469,8 @@ void poll() {
 
 Stats stats() {
   LockGuard g(g_lock);
-  return Stats{g_mapped, g_live_count, g_stack_count, g_samples, g_dumps, g_live_bytes, g_peak_bytes};
+  return Stats{g_mapped, g_live_count, g_stack_count, g_samples,
+               g_dumps,  g_live_bytes, g_peak_bytes};
 }
-
 
 }  // namespace uslab::prof

@@ -71,5 +71,4 @@ struct Stats {
 };
 Stats stats();
 
-
 }  // namespace uslab::prof

@@ -63,7 +63,9 @@ void walk_frame_pointers(Stack* out) {
     uintptr_t next = fp[0], pc = fp[1];
     keep(out, pc);
     // The chain runs up the stack; anything else ends it.
-    if (next <= reinterpret_cast<uintptr_t>(fp) || next - reinterpret_cast<uintptr_t>(fp) > (64u << 20)) break;
+    if (next <= reinterpret_cast<uintptr_t>(fp) ||
+        next - reinterpret_cast<uintptr_t>(fp) > (64u << 20))
+      break;
     fp = reinterpret_cast<uintptr_t*>(next);
   }
 }

@@ -28,7 +28,7 @@ namespace {
 // Which of several names of one address a profile shows: the one a program calls
 // (malloc, not __libc_malloc or a library's hidden alias of it), that is a global
 // name over a local one, then one without a leading underscore, then the shortest.
-unsigned alias_rank(const ElfW(Sym)& sym, const char* name) {
+unsigned alias_rank(const ElfW(Sym) & sym, const char* name) {
   unsigned bind = ELF64_ST_BIND(sym.st_info);
   size_t len = strnlen(name, 4095);
   return (bind == STB_GLOBAL || bind == STB_WEAK ? 1u << 13 : 0) + (name[0] != '_' ? 1u << 12 : 0) +
@@ -117,12 +117,14 @@ long Symbolizer::mapping_of(uintptr_t pc) const {
 void Symbolizer::load(Mapping& m) {
   m.loaded = true;
   if (!m.path[0]) return;
-  long fd = os::syscall6(SYS_openat, AT_FDCWD, reinterpret_cast<long>(m.path), O_RDONLY | O_CLOEXEC);
+  long fd =
+      os::syscall6(SYS_openat, AT_FDCWD, reinterpret_cast<long>(m.path), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   struct stat st;
   void* file = reinterpret_cast<void*>(-EBADF);
   if (os::syscall6(SYS_fstat, fd, reinterpret_cast<long>(&st)) == 0 && st.st_size > 0)
-    file = reinterpret_cast<void*>(os::syscall6(SYS_mmap, 0, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0));
+    file = reinterpret_cast<void*>(
+        os::syscall6(SYS_mmap, 0, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0));
   os::syscall6(SYS_close, fd);
   if (reinterpret_cast<long>(file) < 0 && reinterpret_cast<long>(file) > -4096) return;  // -errno
   m.file = static_cast<const char*>(file);
@@ -138,7 +140,9 @@ void Symbolizer::load(Mapping& m) {
     if (sh[i].sh_type == SHT_SYMTAB || (sh[i].sh_type == SHT_DYNSYM && !table)) table = &sh[i];
   if (!table || table->sh_link >= eh->e_shnum || table->sh_entsize != sizeof(ElfW(Sym))) return;
   const ElfW(Shdr)& strs = sh[table->sh_link];
-  if (table->sh_offset + table->sh_size > m.file_bytes || strs.sh_offset + strs.sh_size > m.file_bytes) return;
+  if (table->sh_offset + table->sh_size > m.file_bytes ||
+      strs.sh_offset + strs.sh_size > m.file_bytes)
+    return;
   const auto* syms = reinterpret_cast<const ElfW(Sym)*>(m.file + table->sh_offset);
   size_t n = table->sh_size / sizeof(ElfW(Sym));
   m.syms_bytes = (n ? n : 1) * sizeof(Sym);
@@ -152,11 +156,13 @@ void Symbolizer::load(Mapping& m) {
       continue;
     uintptr_t lo = m.bias + syms[i].st_value;
     const char* name = names + syms[i].st_name;
-    m.syms[m.nsyms++] = Sym{lo, lo + (syms[i].st_size ? syms[i].st_size : 1), name, alias_rank(syms[i], name)};
+    m.syms[m.nsyms++] =
+        Sym{lo, lo + (syms[i].st_size ? syms[i].st_size : 1), name, alias_rank(syms[i], name)};
   }
   // By start, aliases by rank: function_of takes the last of a start.
-  std::sort(m.syms, m.syms + m.nsyms,
-            [](const Sym& a, const Sym& b) { return a.lo < b.lo || (a.lo == b.lo && a.rank < b.rank); });
+  std::sort(m.syms, m.syms + m.nsyms, [](const Sym& a, const Sym& b) {
+    return a.lo < b.lo || (a.lo == b.lo && a.rank < b.rank);
+  });
 }
 
 const char* Symbolizer::function_of(uintptr_t pc) {

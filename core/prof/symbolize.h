@@ -23,9 +23,9 @@ struct Mapping {
   uintptr_t start, limit, offset, bias;
   char path[256];
   char build_id[48];  // hex, "" when the object has none
-  Sym* syms;   // sorted by address, loaded on first use
+  Sym* syms;          // sorted by address, loaded on first use
   size_t nsyms, syms_bytes;
-  const char* file;   // the object's file, mapped while symbols are in use
+  const char* file;  // the object's file, mapped while symbols are in use
   size_t file_bytes;
   bool loaded;
 };

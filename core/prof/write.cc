@@ -218,7 +218,8 @@ uintptr_t call_target(uintptr_t ret) {
   uintptr_t target;
   if (!os::read_memory(ret - 6, b, 6)) return 0;
   memcpy(&d, b + 2, 4);
-  if (b[0] == 0xff && b[1] == 0x15) return os::read_memory(ret + d, &target, sizeof target) ? target : 0;
+  if (b[0] == 0xff && b[1] == 0x15)
+    return os::read_memory(ret + d, &target, sizeof target) ? target : 0;
   if (b[1] != 0xe8) return 0;
   target = ret + d;
   unsigned char stub[16];
@@ -255,7 +256,8 @@ void frame_name(Buf& out, Symbolizer& sym, uintptr_t pc) {
   char buf[320];
   long m = sym.mapping_of(pc);
   if (m >= 0)
-    os::format(buf, sizeof buf, "%s+0x%lx", base_name(sym.mapping(m).path[0] ? sym.mapping(m).path : "?"),
+    os::format(buf, sizeof buf, "%s+0x%lx",
+               base_name(sym.mapping(m).path[0] ? sym.mapping(m).path : "?"),
                static_cast<unsigned long>(pc - sym.mapping(m).start + sym.mapping(m).offset));
   else
     os::format(buf, sizeof buf, "0x%lx", static_cast<unsigned long>(pc));
@@ -270,7 +272,8 @@ int write_file(const char* path, const Buf& b) {
   size_t done = 0;
   int err = 0;
   while (done < b.n) {
-    long k = os::syscall6(SYS_write, fd, reinterpret_cast<long>(b.p + done), static_cast<long>(b.n - done));
+    long k = os::syscall6(SYS_write, fd, reinterpret_cast<long>(b.p + done),
+                          static_cast<long>(b.n - done));
     if (k == -EINTR) continue;
     if (k <= 0) {
       err = k < 0 ? static_cast<int>(-k) : EIO;
@@ -318,8 +321,10 @@ int write_profile(const char* path, const StackView* stacks, size_t n, const Pro
   Buf body, msg, packed, label, line;
 
   // Sample types, as Go's heap profiles name them.
-  static const char* const kTypes[4][2] = {
-      {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
+  static const char* const kTypes[4][2] = {{"alloc_objects", "count"},
+                                           {"alloc_space", "bytes"},
+                                           {"inuse_objects", "count"},
+                                           {"inuse_space", "bytes"}};
   for (const auto& t : kTypes) {
     msg.n = 0;
     msg.u64(1, strings.intern(t[0]));
@@ -372,7 +377,8 @@ int write_profile(const char* path, const StackView* stacks, size_t n, const Pro
     auto add_label = [&](uint64_t key, const char* str, int64_t num) {
       label.n = 0;
       label.u64(1, key);
-      if (str) label.u64(2, strings.intern(str));
+      if (str)
+        label.u64(2, strings.intern(str));
       else {
         label.u64(3, static_cast<uint64_t>(num));
         label.u64(4, k_bytes);
@@ -382,7 +388,8 @@ int write_profile(const char* path, const StackView* stacks, size_t n, const Pro
     if (const char* e = entry_label(sym, s)) add_label(k_allocator, e, 0);
     if (s.cls) {
       char buf[48];
-      if (s.cache[0]) add_label(k_class, s.cache, 0);
+      if (s.cache[0])
+        add_label(k_class, s.cache, 0);
       else {
         os::format(buf, sizeof buf, "%u", s.class_bytes);
         add_label(k_class, buf, 0);
@@ -435,7 +442,8 @@ int write_profile(const char* path, const StackView* stacks, size_t n, const Pro
   // Scalars: when, how long, the period (bytes per sample) and the default type.
   timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
-  body.u64(9, static_cast<uint64_t>(wall.tv_sec) * 1000000000 + static_cast<uint64_t>(wall.tv_nsec));
+  body.u64(9,
+           static_cast<uint64_t>(wall.tv_sec) * 1000000000 + static_cast<uint64_t>(wall.tv_nsec));
   body.u64(10, info.now_ns > info.start_ns ? info.now_ns - info.start_ns : 0);
   msg.n = 0;
   msg.u64(1, strings.intern("space"));
