@@ -20,7 +20,7 @@
 // any lock above it.
 //   kMallctl           compat/mallctl.cc g_ctl_lock — mallctl's name table and the
 //                      state its writes change (a purge under it reaches every cache)
-//   kTopologyPrint     heap.cc topology_print's lock — its two Topology records and
+//   kTopologyPrint     heap_stats.cc topology_print's lock — its two Topology records and
 //                      text buffer (hwloc, which it may load, allocates: outermost)
 //   kObjCacheRegistry  obj_cache.cc registry_lock_ — the cache records and class
 //                      slots (held across a class's drain on destroy)

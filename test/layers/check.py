@@ -17,7 +17,7 @@ LAYERS = [
     ("platform", ["core/platform/"], ["core/platform/platform.h"]),
     ("ds", ["core/ds/"], ["core/ds/ds.h"]),
     ("alloc", ["core/alloc/"], ["core/alloc/alloc.h"]),
-    ("heap", ["core/heap.", "core/deferred.", "core/foreign.", "core/prof/"], ["core/heap.h"]),
+    ("heap", ["core/heap", "core/deferred.", "core/foreign.", "core/prof/"], ["core/heap.h"]),
     ("front", ["preload/", "compat/"], []),
 ]
 
