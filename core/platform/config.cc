@@ -118,7 +118,7 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_bool(v, vlen, &cfg.percpu);
   } else if (key_is(k, klen, "cpu_cache_bytes")) {
     uint64_t bytes;
-    ok = parse_u64(v, vlen, &bytes) && (bytes == 0 || (bytes >= (1u << 16) && bytes <= (1u << 30)));
+    ok = parse_size(v, vlen, &bytes) && (bytes == 0 || (bytes >= (1u << 16) && bytes <= (1u << 30)));
     if (ok) cfg.cpu_cache_bytes = bytes;
   } else if (key_is(k, klen, "shard_cpus")) {
     uint64_t n;

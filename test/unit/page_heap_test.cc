@@ -273,12 +273,19 @@ TEST_CASE("a wholly free segment goes with its page-map entries") {
 }
 
 TEST_CASE("dense segments are advised huge pages; a purge takes the advice back") {
-  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) {
-    WARN("transparent huge pages are off on this system");
-    return;
-  }
+  config_init();
   PageHeap ph{Mutex::kUnranked};
   bool z;
+  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) {
+    // Off (thp=false, or the system's setting "never"): no advice at all, even dense.
+    Span* all = ph.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z);
+    REQUIRE_FALSE(all->segment->huge);
+    REQUIRE_FALSE(has_flag(vm_flags(all->segment), "hg"));
+    REQUIRE(ph.stats().huge_segments == 0);
+    ph.free(all);
+    ph.purge(true);
+    return;
+  }
   const size_t half = PageHeap::kMaxPages / 2;
   Span* a = ph.alloc(half, 1, SpanKind::kLarge, &z);
   Segment* seg = a->segment;

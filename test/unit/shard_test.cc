@@ -1,7 +1,7 @@
 // Shards: slabs belong to the shard that carved them; frees from anywhere go back
 // to that shard's central list and depot; a page heap with no room takes another
-// heap's free pages before it maps a segment. These need two shards (shard_cpus=1
-// on a machine with two CPUs or more). Then first touch (core/alloc/first_touch.h):
+// heap's free pages before it maps a segment. These need two shards: on a machine
+// with one CPU, a synthetic one of two is adopted (test/unit/synthetic.h). Then first touch (core/alloc/first_touch.h):
 // a shard's and a CPU's metadata are pages of their own, never the zero page, before
 // anything reads them (checked through /proc/self/pagemap).
 #include <catch2/catch.hpp>
@@ -16,28 +16,21 @@
 #include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"
 #include "core/heap.h"
+#include "test/unit/synthetic.h"
 
 using namespace uslab;
-
-namespace {
-
-bool have_two_shards() {
-  if (shard_count() >= 2) return true;
-  WARN("one shard on this machine: nothing to route between");
-  return false;
-}
-
-}  // namespace
 
 TEST_CASE("CPUs map onto the shards in groups of shard_cpus") {
   REQUIRE(shard_count() >= 1);
   REQUIRE(shard_count() <= kMaxShards);
   for (uint32_t c = 0; c < 4 * kMaxShards; c++) REQUIRE(shard_of_cpu(c) < shard_count());
-  if (have_two_shards()) REQUIRE(shard_of_cpu(0) != shard_of_cpu(1));  // default: 1 CPU each
+  const uint32_t k = shard_cpus();
+  if (topology_in_use().cpus_possible > k) REQUIRE(shard_of_cpu(0) != shard_of_cpu(k));
+  if (k > 1) REQUIRE(shard_of_cpu(0) == shard_of_cpu(k - 1));
 }
 
 TEST_CASE("objects freed in a mixed batch go back to their own shard's slabs") {
-  if (!have_two_shards()) return;
+  ensure_two_shards();
   unsigned cls = size_to_class(96);
   size_t n = 2 * kClassInfo[cls].objects;
   std::vector<void*> a(n), b(n);
@@ -65,7 +58,7 @@ TEST_CASE("objects freed in a mixed batch go back to their own shard's slabs") {
 }
 
 TEST_CASE("a drain leaves objects in the depot of the shard that owns them") {
-  if (!have_two_shards()) return;
+  ensure_two_shards();
   unsigned cls = size_to_class(80);
   size_t n = batch_size(cls);
   std::vector<void*> objs(n);
@@ -84,7 +77,7 @@ TEST_CASE("a drain leaves objects in the depot of the shard that owns them") {
 }
 
 TEST_CASE("a drain of interleaved owners makes one sheaf per owner, not one per run") {
-  if (!have_two_shards()) return;
+  ensure_two_shards();
   unsigned cls = size_to_class(112);
   size_t half = batch_size(cls) / 2;
   std::vector<void*> a(half), b(half), mixed;
@@ -104,7 +97,7 @@ TEST_CASE("a drain of interleaved owners makes one sheaf per owner, not one per 
 }
 
 TEST_CASE("a page heap with no room takes another heap's free pages, which go back there") {
-  if (!have_two_shards()) return;
+  ensure_two_shards();
   PageHeap& lender = g_page_heap[1];
   PageHeap& borrower = g_page_heap[0];
   bool z;
@@ -138,7 +131,7 @@ TEST_CASE("a heap that cannot lend a span that fits purges its holes for the gro
   // A program that moved to another CPU grows that CPU's heap: the holes of the heap
   // it left, too short for the request, are purged as the growing heap's own are
   // (they stayed resident: fragmentation peak +30 MiB after a migration).
-  if (!have_two_shards()) return;
+  ensure_two_shards();
   PageHeap& lender = g_page_heap[1];
   PageHeap& grower = g_page_heap[0];
   bool z;
@@ -181,7 +174,7 @@ TEST_CASE("a heap that cannot lend a span that fits purges its holes for the gro
 }
 
 TEST_CASE("a shard with nothing free borrows another shard's surplus before carving a slab") {
-  if (!have_two_shards()) return;
+  ensure_two_shards();
   unsigned cls = size_to_class(200);
   const size_t per_slab = kClassInfo[cls].objects;
   auto in_use = [cls](unsigned sh) {

@@ -15,31 +15,13 @@
 #include <vector>
 
 #include "core/heap.h"
+#include "test/unit/synthetic.h"
 
 using namespace uslab;
 
 namespace {
 
 Topology g_a, g_b;  // 4 KiB each: not on the stack
-
-// hwloc's view of a synthetic machine (HWLOC_SYNTHETIC is read when hwloc loads).
-bool hwloc_synthetic(const char* description, Topology* t) {
-  setenv("HWLOC_SYNTHETIC", description, 1);
-  char why[160];
-  bool ok = topology_hwloc(t, why, sizeof why);
-  unsetenv("HWLOC_SYNTHETIC");
-  INFO(why);
-  return ok;
-}
-
-// Puts the map back to this machine's (the map's shard count stays: it only grows).
-struct RestoreTopology {
-  ~RestoreTopology() {
-    topology_probe(&g_b, false);
-    topology_adopt(g_b);
-    percpu_nodes_changed();
-  }
-};
 
 bool pin_to(unsigned cpu) {
   cpu_set_t set;
