@@ -1,8 +1,8 @@
 // core/alloc/alloc.h — umbrella of the allocator layer (shards, segments, page heaps,
 // central slab lists, depots, huge cache, per-CPU sheaves, thread caches, metadata,
-// grace periods, the decay tick, the background thread, the memory limit). Includes
-// only the data-structure layer below it; the Heap facade (core/heap.h) is the only
-// includer.
+// the decay tick, the background thread, the memory limit). Includes only the layers
+// below it; only the heap layer above (core/heap.h, deferred.h, grace.cc, prof/)
+// includes it.
 #pragma once
 
 #include "core/alloc/background.h"
@@ -10,7 +10,6 @@
 #include "core/alloc/decay.h"
 #include "core/alloc/depot.h"
 #include "core/alloc/first_touch.h"
-#include "core/alloc/grace.h"
 #include "core/alloc/hit_counter.h"
 #include "core/alloc/huge_cache.h"
 #include "core/alloc/memory_limit.h"

@@ -17,7 +17,8 @@ LAYERS = [
     ("platform", ["core/platform/"], ["core/platform/platform.h"]),
     ("ds", ["core/ds/"], ["core/ds/ds.h"]),
     ("alloc", ["core/alloc/"], ["core/alloc/alloc.h"]),
-    ("heap", ["core/heap", "core/deferred.", "core/foreign.", "core/prof/"], ["core/heap.h"]),
+    ("heap", ["core/heap", "core/deferred.", "core/grace.", "core/foreign.", "core/prof/"],
+     ["core/heap.h"]),
     ("front", ["preload/", "compat/"], []),
 ]
 
@@ -28,7 +29,7 @@ MODULES = [
     ("meta_arena", []), ("paged_pool", []), ("segment", []), ("shard", []),
     ("page_heap", []), ("huge_cache", []), ("central", []), ("first_touch", []),
     ("depot", []), ("hit_counter", []), ("sampler", []),
-    ("thread_cache", ["percpu", "capacity"]), ("obj_cache", []), ("grace", []),
+    ("thread_cache", ["percpu", "capacity"]), ("obj_cache", []),
     ("decay", []), ("background", []), ("memory_limit", []), ("alloc", []),
 ]
 # Coordinators: every module below them tells them that memory waits (decay_notice,
@@ -47,7 +48,7 @@ ALLOWED = {
         "the constructor binds glibc's entry points before the heap exists",
     ("core/prof/write.cc", "core/platform/os.h"): "raw syscalls for the profile files",
     ("core/prof/symbolize.cc", "core/platform/os.h"): "raw syscalls to read the binaries",
-    ("core/alloc/grace.cc", "core/platform/libc_calls.h"):
+    ("core/grace.cc", "core/platform/libc_calls.h"):
         "membarrier's registration through glibc's syscall entry",
     ("core/alloc/memory_limit.cc", "core/platform/cgroup.h"):
         "the cgroup reader, kept out of the platform umbrella (not for the fast paths)",

@@ -1,12 +1,12 @@
-// core/alloc/grace.cc — reader registration, grace-period scans and waits; see
+// core/grace.cc — reader registration, grace-period scans and waits; see
 // grace.h for the protocol and why it is safe.
-#include "core/alloc/grace.h"
+#include "core/grace.h"
 
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 
-#include "core/alloc/meta_arena.h"
+#include "core/alloc/alloc.h"
 #include "core/platform/libc_calls.h"
 
 namespace uslab {
