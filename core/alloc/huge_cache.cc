@@ -2,6 +2,7 @@
 #include "core/alloc/huge_cache.h"
 
 #include "core/alloc/background.h"
+#include "core/alloc/decay.h"
 #include "core/alloc/page_heap.h"
 
 namespace uslab {

@@ -12,7 +12,7 @@
 // freed into whole free segments), one set for resident spans, taken first, and one
 // for clean ones; coalescing of a freed span with its free neighbours of the same
 // state in the same segment; the decay clock that returns free pages to the OS
-// (MADV_DONTNEED) once they have been free for decay_purge_age_ms (config.h: a few
+// (MADV_DONTNEED) once they have been free for decay_purge_age_ms (decay.h: a few
 // ticks short of decay_ms, left to the caches above), and unmaps segments that
 // are wholly free; the same clock returns the pages of its descriptor pool
 // (paged_pool.h) left empty. A heap that must map a segment while it holds more
@@ -57,6 +57,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/alloc/decay.h"
 #include "core/alloc/meta_arena.h"
 #include "core/alloc/paged_pool.h"
 #include "core/alloc/segment.h"

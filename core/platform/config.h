@@ -74,21 +74,6 @@ constexpr uint64_t kMemoryLimitNone = UINT64_MAX;
 // The process-wide options; valid after config_init().
 extern Config g_config;
 
-// The decay schedule that keeps decay_ms a bound, not a minimum: the tick (on slow
-// paths and the background thread, decay.h) runs every decay_ms/16; caches give back
-// on it what went unused over a tick, which takes at most two ticks after the program's
-// free (a depot sheaf must stay unused over a whole interval), and free pages are
-// purged on the first tick after they are decay_purge_age_ms old. Freed memory is
-// thus returned within 2 + 12 + 1 ticks, with one left for ticks that run late (on
-// the first slow path after they are due); pages freed straight to a page heap go
-// after 12–13. (A tick every decay_ms/4 and the purge at decay_ms brought a peak back
-// 1.25–1.7 x decay_ms after its frees; this, 0.78–0.98 x.)
-inline uint64_t decay_tick_ms() { return g_config.decay_ms / 16 ? g_config.decay_ms / 16 : 1; }
-inline uint64_t decay_purge_age_ms() {
-  uint64_t caches = 4 * decay_tick_ms();
-  return g_config.decay_ms > caches ? g_config.decay_ms - caches : 0;
-}
-
 // Parse one "key=value,key=value" string into `cfg`, warning about bad entries
 // (exposed for tests).
 void config_parse(Config& cfg, const char* text, const char* origin);
