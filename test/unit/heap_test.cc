@@ -1,6 +1,7 @@
-// The Heap facade and the layers under it: pointer → slab lookup and ownership,
-// slab batches and double-free detection, alignment, realloc, zeroing, and
-// cross-thread frees through the thread caches with content verification.
+// core/heap.h, the Heap facade: pointer ownership, every size, alignment, realloc,
+// zeroing, cross-thread frees with content verification, the decay tick's effect on
+// the CPU sheaves, and the advice on uslab's own metadata. (Slabs: central_test.cc;
+// kept huge blocks: huge_cache_test.cc.)
 #include <catch2/catch.hpp>
 #include <sched.h>
 #include <sys/mman.h>
@@ -47,92 +48,6 @@ TEST_CASE("every small and large size is usable, distinct and writable") {
     for (size_t i = 0; i < size; i += 7) REQUIRE(static_cast<unsigned char>(p[i]) == (size & 0xff));
     heap::free(p);
   }
-}
-
-TEST_CASE("slab batches hand out distinct objects and detect double frees") {
-  unsigned cls = size_to_class(48);
-  std::vector<void*> objs(3 * kClassInfo[cls].objects);
-  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
-  std::vector<void*> sorted = objs;
-  std::sort(sorted.begin(), sorted.end());
-  REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-  for (void* p : objs) {
-    Span* s = heap::slab_of(p, PageMap::entry(p));
-    REQUIRE(s != nullptr);
-    REQUIRE(s->size_class == cls);
-  }
-  // An interior pointer is not an object.
-  char* interior = static_cast<char*>(objs[0]) + 8;
-  REQUIRE(heap::slab_of(interior, PageMap::entry(interior)) == nullptr);
-  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
-
-  g_config.abort_on_error = false;
-  uint64_t before = g_bad_free_reports.load();
-  void* p;
-  REQUIRE(g_central[0][cls].alloc_batch(cls, &p, 1) == 1);
-  g_central[0][cls].free_batch(cls, &p, 1);
-  const size_t slabs = g_central[0][cls].stats(cls).slabs;
-  // Second free reaches the slab (now the class's spare, wholly free): reported, and
-  // the slab stays the spare (a batch that freed it to the page heap too hung here).
-  g_central[0][cls].free_batch(cls, &p, 1);
-  REQUIRE(g_bad_free_reports.load() == before + 1);
-  REQUIRE(g_central[0][cls].stats(cls).slabs == slabs);
-  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
-  sorted = objs;
-  std::sort(sorted.begin(), sorted.end());
-  REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
-  // The same object twice in one batch (free_batch counts a run of one slab's objects
-  // in registers): the second is reported, the first freed once.
-  void* twice[3];
-  REQUIRE(g_central[0][cls].alloc_batch(cls, twice, 2) == 2);
-  twice[2] = twice[0];
-  g_central[0][cls].free_batch(cls, twice, 3);
-  REQUIRE(g_bad_free_reports.load() == before + 2);
-  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
-  sorted = objs;
-  std::sort(sorted.begin(), sorted.end());
-  REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
-  int local;
-  heap::free(&local);  // not uslab's: reported, not crashed
-  REQUIRE(g_bad_free_reports.load() == before + 3);
-  void* big = heap::alloc(100000);
-  heap::free(big);
-  heap::free(big);  // large double free
-  REQUIRE(g_bad_free_reports.load() == before + 4);
-  g_config.abort_on_error = true;
-}
-
-TEST_CASE("slabs of more objects than an inline bitmap holds keep theirs outside") {
-  // 8-byte slabs hold 1024 objects; their bitmap is a record of the page heap's.
-  unsigned cls = size_to_class(8);
-  REQUIRE(Span::external_bitmap(kClassInfo[cls].objects));
-  REQUIRE_FALSE(Span::external_bitmap(kClassInfo[size_to_class(32)].objects));
-  std::vector<void*> objs(2 * kClassInfo[cls].objects + 5);
-  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
-  std::vector<void*> sorted = objs;
-  std::sort(sorted.begin(), sorted.end());
-  REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-  Span* s = heap::slab_of(objs[1000], PageMap::entry(objs[1000]));
-  REQUIRE(s != nullptr);
-  REQUIRE(s->bitmap() != s->inline_bitmap);
-  for (void* p : objs) track_alloc(p, 8);  // handed out as the facade would (track.h)
-  for (void* p : objs) *static_cast<uint64_t*>(p) = reinterpret_cast<uintptr_t>(p);
-  for (void* p : objs) REQUIRE(*static_cast<uint64_t*>(p) == reinterpret_cast<uintptr_t>(p));
-  // A double free of an object whose bit lies beyond the inline words is caught.
-  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
-  g_config.abort_on_error = false;
-  uint64_t before = g_bad_free_reports.load();
-  g_central[0][cls].free_batch(cls, &objs[1000], 1);
-  REQUIRE(g_bad_free_reports.load() == before + 1);
-  g_config.abort_on_error = true;
-  // Carved again after their slabs went back: still distinct.
-  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
-  sorted = objs;
-  std::sort(sorted.begin(), sorted.end());
-  REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
 }
 
 TEST_CASE("aligned allocation honours every alignment up to 1 MiB and beyond") {
@@ -251,71 +166,6 @@ TEST_CASE("objects freed by other threads stay intact and are reused") {
   heap::trim();
 }
 
-TEST_CASE("freed huge blocks are reused without new pages, grown, zeroed for calloc, and guarded") {
-  heap::trim();  // empty the huge cache
-  constexpr size_t kMiB = size_t{1} << 20;
-  auto* p = static_cast<unsigned char*>(heap::alloc(9 * kMiB));
-  REQUIRE(p != nullptr);
-  memset(p, 0xab, 9 * kMiB);
-  heap::free(p);
-  REQUIRE(huge_cache_bytes() >= 9 * kMiB);
-  // A smaller huge block takes the cached segment: same address, no fresh mapping.
-  auto* q = static_cast<unsigned char*>(heap::alloc(6 * kMiB));
-  REQUIRE(q == p);
-  REQUIRE(heap::usable_size(q) >= 6 * kMiB);
-  REQUIRE(huge_cache_bytes() == 0);
-  // Freed again, the object is guarded while cached: a second free is reported.
-  heap::free(q);
-  g_config.abort_on_error = false;
-  uint64_t before = g_bad_free_reports.load();
-  heap::free(q);
-  REQUIRE(g_bad_free_reports.load() == before + 1);
-  g_config.abort_on_error = true;
-  // calloc from the dirty cached segment still reads as zero.
-  auto* z = static_cast<unsigned char*>(heap::alloc_zeroed(7 * kMiB));
-  REQUIRE(z == p);
-  bool zero = true;
-  for (size_t i = 0; i < 7 * kMiB; i += 4096) zero = zero && z[i] == 0 && z[i + 4095] == 0;
-  REQUIRE(zero);
-  heap::free(z);
-  heap::trim();
-  REQUIRE(huge_cache_bytes() == 0);
-  // A block larger than every cached segment grows the largest into it (mremap: its
-  // pages reused, nothing kept beside the new block), as a doubling vector asks: the
-  // next block while the last is live, then the last freed.
-  auto* a = static_cast<unsigned char*>(heap::alloc(8 * kMiB));
-  auto* b = static_cast<unsigned char*>(heap::alloc(16 * kMiB));
-  memset(a, 0xcd, 8 * kMiB);
-  memset(b, 0xcd, 16 * kMiB);
-  heap::free(a);
-  REQUIRE(huge_cache_bytes() >= 8 * kMiB);
-  size_t mapped = segment_mapped_bytes();
-  auto* c = static_cast<unsigned char*>(heap::alloc_zeroed(32 * kMiB));
-  REQUIRE(c != nullptr);
-  REQUIRE(huge_cache_bytes() == 0);
-  REQUIRE(segment_mapped_bytes() < mapped + 32 * kMiB);  // a fresh one: 32 MiB + a page more
-  REQUIRE(heap::usable_size(c) >= 32 * kMiB);
-  zero = true;
-  for (size_t i = 0; i < 32 * kMiB; i += 4096) zero = zero && c[i] == 0 && c[i + 4095] == 0;
-  REQUIRE(zero);
-  heap::free(b);
-  heap::free(c);
-  heap::trim();
-  REQUIRE(huge_cache_bytes() == 0);
-  // Kept blocks are bounded by a share of the rest of the heap (at least 32 MiB):
-  // four 20 MiB blocks freed in a small heap leave one kept, not four.
-  std::vector<void*> blocks(4);
-  for (void*& blk : blocks) blk = heap::alloc(20 * kMiB);
-  for (void* blk : blocks) heap::free(blk);
-  const size_t kept = huge_cache_bytes();
-  const size_t rest = segment_mapped_bytes() - kept;
-  INFO("kept " << kept << " of a heap of " << rest << " bytes besides");
-  REQUIRE(kept > 0);
-  CHECK(kept <= std::max(kHugeCacheMinBytes, rest / kHugeCacheHeapShare));
-  if (rest / kHugeCacheHeapShare < 40 * kMiB) CHECK(kept < 40 * kMiB);
-  heap::trim();
-}
-
 TEST_CASE("the decay tick empties the CPU sheaves of classes in use") {
   // Objects a class keeps cached are scattered over slabs a peak left otherwise
   // free; each tick gives them back (a class in use kept a batch: 2.2 MB of slabs
@@ -404,20 +254,6 @@ TEST_CASE("a CPU whose sheaves were all drained gives their pages back, and reus
   g_config.decay_ms = saved;
   REQUIRE(sched_setaffinity(0, sizeof saved_set, &saved_set) == 0);
   INFO("resident slot pages: " << before << " -> " << after);
-}
-
-TEST_CASE("the spare slabs go back to the page heap on every decay tick") {
-  const unsigned cls = size_to_class(1500);
-  CentralList& list = g_central[0][cls];
-  std::vector<void*> objs(3 * kClassInfo[cls].objects);
-  // Leaves the class with a spare: every slab it took is empty again.
-  REQUIRE(list.alloc_batch(cls, objs.data(), objs.size()) == objs.size());
-  REQUIRE(list.free_batch(cls, objs.data(), objs.size()) == objs.size());
-  const size_t with_spare = list.stats(cls).slabs;
-  central_release_all_spares();
-  REQUIRE(list.stats(cls).slabs == with_spare - 1);
-  central_release_all_spares();  // none left: nothing happens
-  REQUIRE(list.stats(cls).slabs == with_spare - 1);
 }
 
 TEST_CASE("uslab's own arrays and metadata are advised off transparent huge pages") {
