@@ -11,12 +11,8 @@
 // leaked). Pointers inside uslab's own memory never come here: an interior, double
 // or freed object there is still reported and aborts.
 //
-// "Looks like glibc's": 16-byte aligned, and its chunk header (read with a system
-// call that fails instead of faulting) is either an mmapped chunk's (page-aligned
-// mapping, sizes in whole pages) or an arena chunk's lying in the main arena's brk
-// heap (between the program break at start-up and the current one) or in a
-// non-main arena's 64 MiB heap. A stray pointer rarely passes; one that did would
-// go to glibc, which checks it again.
+// Whether a pointer looks like glibc's is the owns hook's answer (the library's
+// constructor passes compat/glibc_chunk.h's, which reads glibc's chunk layout).
 //
 // Locking: none; the hooks are set once before threads exist, the counter is atomic.
 #pragma once
@@ -28,10 +24,10 @@ namespace uslab::foreign {
 struct Hooks {
   void (*free)(void*);
   size_t (*usable_size)(void*);
+  bool (*owns)(const void* p);  // p looks like a block of glibc's malloc
 };
-// From the library's constructor (preload/init.cc): glibc's functions, and the
-// program break before anything allocated with brk.
-void set_hooks(const Hooks& hooks, const void* initial_break);
+// From the library's constructor (preload/init.cc): glibc's functions and the test.
+void set_hooks(const Hooks& hooks);
 
 // free(p) for a pointer with no uslab span: forwarded, or reported.
 void free(void* p);

@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "compat/glibc_chunk.h"
 #include "core/heap.h"
 #include "core/platform/libc_calls.h"
 #include "preload/export.h"
@@ -75,8 +76,8 @@ void find_glibc_malloc() {
   auto glibc_usable = reinterpret_cast<UsableFn>(uslab::libc::dl_sym(RTLD_NEXT, kUsableSize));
   if (glibc_free == uslab_own_free || glibc_usable == uslab_own_usable_size)
     return;  // ours, linked in
-  uslab::foreign::set_hooks({glibc_free, glibc_usable},
-                            reinterpret_cast<const void*>(syscall(SYS_brk, 0)));
+  uslab::compat::glibc_chunks_init(reinterpret_cast<const void*>(syscall(SYS_brk, 0)));
+  uslab::foreign::set_hooks({glibc_free, glibc_usable, uslab::compat::is_glibc_block});
 }
 
 __attribute__((constructor(101))) void uslab_process_init() {
