@@ -3,8 +3,9 @@
 peak RSS of /bin/true and python3 -c pass, of 1000 threads holding 1000 objects each,
 and of a THREADS-thread server (server_idle) at its peak and once idle after it (IDLE_MS
 past decay_ms' default of 10 s, no allocator call meanwhile); uslab's own metadata in
-that run (its statistics). Prints a Markdown table; exits 1 when uslab's idle server
-keeps more than half of its peak (its memory must come back by itself).
+that run (its statistics). Prints a Markdown table (-1: the run failed or took longer than
+FOOTPRINT_RUN_TIMEOUT, 900 s); exits 1 when uslab's idle server keeps more than half
+of its peak (its memory must come back by itself).
 
 usage: footprint.py BUILD THREADS PEAK_MB IDLE_MS"""
 import os
@@ -22,34 +23,48 @@ peers = {"uslab": f"{build}/libuslab.so", "glibc": "", "jemalloc": f"{ma}/libjem
 def run(cmd, lib, extra=None):
     """Runs cmd with lib preloaded through bench/spawn (a small launcher: Linux carries
     the forking process's RSS into the child's ru_maxrss, python's 14 MiB here);
-    returns (stdout + stderr, peak RSS KiB)."""
+    returns (stdout + stderr, peak RSS KiB); -1 for a run that failed or ran past
+    RUN_TIMEOUT (an emulated 64-CPU guest can spend hours on 1000 threads)."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     sets = ["-e", f"LD_PRELOAD={lib}"] if lib else []
     for k, v in (extra or {}).items():
         sets += ["-e", f"{k}={v}"]
     with tempfile.NamedTemporaryFile("r") as res:
-        p = subprocess.run([f"{build}/bench/spawn", res.name] + sets + cmd, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            p = subprocess.run([f"{build}/bench/spawn", res.name] + sets + cmd, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            print(f"{cmd[0]} under {lib or 'glibc'}: not done in {RUN_TIMEOUT} s", flush=True)
+            return "", -1
         fields = res.read().split()
     if p.returncode != 0 or len(fields) < 6 or fields[5] != "0":
         print(f"{cmd[0]} under {lib or 'glibc'}: {fields}\n{p.stdout[-2000:]}", flush=True)
     return p.stdout, int(fields[3]) if len(fields) > 3 else -1
 
 
+RUN_TIMEOUT = int(os.environ.get("FOOTPRINT_RUN_TIMEOUT", "900"))
 rows = {k: {} for k in peers}
+server = f"{threads} threads, {peak_mb} MB peak"
+idle_label = f"{server}: idle {int(idle_ms) // 1000} s later"
+# Row by row, every allocator in each, the slowest row (1000 threads) last: what
+# finishes is in the table even when that row does not.
 for name, lib in peers.items():
     rows[name]["/bin/true"] = run(["/bin/true"], lib)[1]
     rows[name]["python3 -c pass"] = run(["python3", "-c", "pass"], lib)[1]
-    rows[name]["1000 threads x 1000 objects"] = run([f"{build}/bench/threads", "mem", "1000", "1000"], lib)[1]
+for name, lib in peers.items():
     out, _ = run([f"{build}/test/vm_server_idle", threads, peak_mb, idle_ms], lib,
                  {"USLAB_STATS": "1"} if name == "uslab" else None)
     m = re.search(r"peak_kib (\d+) idle_kib (\d+)", out)
-    rows[name][f"{threads} threads, {peak_mb} MB peak: peak"] = int(m.group(1)) if m else -1
-    rows[name][f"{threads} threads, {peak_mb} MB peak: idle {int(idle_ms) // 1000} s later"] = int(m.group(2)) if m else -1
+    rows[name][f"{server}: peak"] = int(m.group(1)) if m else -1
+    rows[name][idle_label] = int(m.group(2)) if m else -1
     if name == "uslab":
         meta = re.search(r"(\d+) metadata", out)
         rows[name]["uslab metadata at exit"] = int(meta.group(1)) // 1024 if meta else -1
+    print(f"{name}: {rows[name]}", flush=True)
+for name, lib in peers.items():
+    rows[name]["1000 threads x 1000 objects"] = run([f"{build}/bench/threads", "mem", "1000", "1000"], lib)[1]
 
 labels = list(rows["uslab"].keys())
 print("| KiB | " + " | ".join(peers) + " |")
@@ -57,6 +72,6 @@ print("|---" * (len(peers) + 1) + "|")
 for label in labels:
     cells = [str(rows[p].get(label, "")) for p in peers]
     print(f"| {label} | " + " | ".join(cells) + " |")
-pk = rows["uslab"][labels[3]]
-idle = rows["uslab"][labels[4]]
+pk = rows["uslab"][f"{server}: peak"]
+idle = rows["uslab"][idle_label]
 sys.exit(0 if 0 < idle <= pk // 2 else 1)
