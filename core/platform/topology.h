@@ -73,4 +73,9 @@ uint32_t cpulist_parse(const char* text, uint32_t limit, void (*fn)(uint32_t id,
 // The same without a callback: the highest id + 1, or 0 on bad input.
 uint32_t cpulist_span(const char* text);
 
+// The kernel's possible CPU ids (/sys/devices/system/cpu/possible): the highest + 1,
+// 0 when unknown. It counts CPUs that are not present yet (hot-pluggable), which hwloc
+// does not see.
+uint32_t kernel_possible_cpus();
+
 }  // namespace uslab

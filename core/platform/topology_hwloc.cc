@@ -123,6 +123,11 @@ bool topology_hwloc(Topology* t, char* why, size_t cap) {
 
   int last = h.bitmap_last(h.topology_get_complete_cpuset(topo));
   t->cpus_possible = last >= 0 ? static_cast<uint32_t>(last) + 1 : 1;
+  // hwloc knows the present CPUs only; the kernel's possible ids include those that
+  // may be plugged in later, which the tables indexed by CPU must cover (they stay
+  // on node 0 until then, as the probe has them). Not for a synthetic machine.
+  if (uint32_t possible = t->synthetic ? 0 : kernel_possible_cpus(); possible > t->cpus_possible)
+    t->cpus_possible = possible;
   int pu_depth = h.get_type_depth(topo, HWLOC_OBJ_PU);
   unsigned npu = h.get_nbobjs_by_depth(topo, pu_depth);
   t->cpus_online = npu;

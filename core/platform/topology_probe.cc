@@ -153,13 +153,17 @@ struct NodeFill {
 
 }  // namespace
 
+uint32_t kernel_possible_cpus() {
+  char buf[4096];
+  return read_text("/sys/devices/system/cpu/possible", buf, sizeof buf) ? cpulist_span(buf) : 0;
+}
+
 void topology_probe(Topology* t, bool full) {
   *t = Topology{};
   os::format(t->source, sizeof t->source, "%s", full ? "probe (full)" : "probe");
   char buf[4096];
   uint32_t allowed = 0;
-  if (read_text("/sys/devices/system/cpu/possible", buf, sizeof buf))
-    t->cpus_possible = cpulist_span(buf);
+  t->cpus_possible = kernel_possible_cpus();
   if (!t->cpus_possible) t->cpus_possible = affinity(&allowed);  // no sysfs
   if (!t->cpus_possible) t->cpus_possible = 1;
   // Nodes: one read on a machine with one node ("0"), then one per node.

@@ -53,6 +53,8 @@ check_topology() {
   local bad=0 k kcpus ucount
   for ((k = 0; k < expect; k++)); do
     kcpus=$(numactl -H | sed -n "s/^node $k cpus: *//p" | wc -w)
+    # CPU ids possible but not present (--possible) are node 0's until plugged in.
+    [ "$k" -eq 0 ] && [ "${possible:-0}" -gt "$cpus" ] && kcpus=$((kcpus + possible - cpus))
     ucount=$(sed -n "s/^    node $k: \([0-9]*\) CPUs.*/\1/p" <<<"$used")
     echo "node $k: numactl $kcpus CPUs, uslab ${ucount:-none}"
     [ "$kcpus" = "${ucount:-x}" ] || bad=1
