@@ -107,7 +107,12 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
       return os::fail_nomem();
     }
     desc->segment->heap = shard;
-    bind_to_shard_node(desc->start, desc->bytes(), shard);
+    // The whole mapping, header page too: one policy keeps it one VMA, which mremap
+    // needs to resize it. Bound on the object alone, every resize on a multi-node
+    // machine failed, and a failed mremap to a fixed address has already unmapped
+    // its destination, which the clean-up then unmapped again: by then another
+    // thread's new segment (segment_resize_huge).
+    bind_to_shard_node(desc->segment, desc->segment->mapped_bytes, shard);
   }
   g_huge_count.fetch_add(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);

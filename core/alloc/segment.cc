@@ -107,8 +107,12 @@ Segment* segment_resize_huge(Segment* seg, size_t bytes, bool may_move) {
     // as in segment_create_huge), which the pages then move into.
     char* to = static_cast<char*>(os::map_aligned(total, kSegmentSize));
     if (!to) return nullptr;
-    if (!PageMap::reserve(to + offset, kPageSize) || !os::remap_to(seg, old_total, total, to)) {
+    if (!PageMap::reserve(to + offset, kPageSize)) {
       os::unmap(to, total);
+      return nullptr;
+    }
+    if (!os::remap_to(seg, old_total, total, to)) {
+      os::unmap_if_unclaimed(to, total);  // the failed mremap may have unmapped it
       return nullptr;
     }
     PageMap::clear(span->start);

@@ -91,6 +91,10 @@ static void* map_at(uintptr_t at, size_t bytes) {
   return nullptr;
 }
 
+void unmap_if_unclaimed(void* p, size_t bytes) {
+  if (map_at(reinterpret_cast<uintptr_t>(p), bytes)) unmap(p, bytes);
+}
+
 void* map_aligned(size_t bytes, size_t align) {
   if (align <= kOsPage) return map(bytes);
   // Try exact first: the kernel often hands out aligned addresses for large sizes.

@@ -65,6 +65,12 @@ void unmap(void* p, size_t bytes);
 // of new_bytes it replaces (MREMAP_FIXED: pages move, nothing is copied).
 bool remap_in_place(void* p, size_t old_bytes, size_t new_bytes);
 bool remap_to(void* p, size_t old_bytes, size_t new_bytes, void* to);
+// After a failed remap_to onto a range of ours: Linux may have unmapped the
+// destination before failing, and another thread may have mapped there since. Unmaps
+// the range only if nothing is mapped there now (claimed first with
+// MAP_FIXED_NOREPLACE); a range still ours but partly mapped is left (address space
+// only, never touched).
+void unmap_if_unclaimed(void* p, size_t bytes);
 // Return pages to the OS; the range reads as zero afterwards.
 void purge(void* p, size_t bytes);
 // Backs the pages overlapping [p, p + bytes) with writable memory now
