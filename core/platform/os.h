@@ -33,7 +33,7 @@
 // puts at the start of the text beside the constructor and destructor. A read fault
 // maps a file's pages around it 64 KiB at a time, so a process that allocates
 // nothing (/bin/true under a system-wide preload) faults one window of the text in,
-// not two (bench/RESULTS.md, session 17).
+// not two (bench/RESULTS.md, startup).
 #define USLAB_STARTUP_TEXT __attribute__((section(".text.startup")))
 // For the strings that start-up reads (environment variable names, the symbols the
 // constructor asks dlsym for): in .data, whose pages ld.so has written by then

@@ -1,7 +1,7 @@
 /* test/conformance/startup_faults.c LIB FLOOR [CMD] — the page faults a process
  * takes because libuslab.so is preloaded into it. Every process pays them under a
  * system-wide preload (/etc/ld.so.preload), and they are a large part of what uslab
- * adds to a start-up (bench/RESULTS.md, session 17). Runs CMD (default /bin/true) 20
+ * adds to a start-up (bench/RESULTS.md, startup). Runs CMD (default /bin/true) 20
  * times with LIB preloaded and 20 times with FLOOR, an empty library, and compares
  * the fewest faults of a run (minor + major, from wait4's rusage: exact, where a
  * timing on a shared machine is not). LIB may take at most kMaxExtra more than
