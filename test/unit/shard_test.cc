@@ -1,10 +1,9 @@
 // core/alloc/shard.h: slabs belong to the shard that carved them; frees from anywhere
-// go back to that shard's central list and depot; a page heap with no room takes
-// another heap's free pages before it maps a segment; a shard with nothing free
-// borrows another's surplus. These need two shards: on a machine with one CPU, a
-// synthetic one of two is adopted (test/unit/synthetic.h).
+// go back to that shard's central list (its depot: depot_test.cc); a page heap with
+// no room takes another heap's free pages before it maps a segment; a shard with
+// nothing free borrows another's surplus. These need two shards: on a machine with one
+// CPU, a synthetic one of two is adopted (test/unit/synthetic.h).
 #include <catch2/catch.hpp>
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -54,45 +53,6 @@ TEST_CASE("objects freed in a mixed batch go back to their own shard's slabs") {
   CentralStats a1 = g_central[0][cls].stats(cls), b1 = g_central[1][cls].stats(cls);
   REQUIRE(a1.objects - a1.free_objects == a0.objects - a0.free_objects);
   REQUIRE(b1.objects - b1.free_objects == b0.objects - b0.free_objects);
-}
-
-TEST_CASE("a drain leaves objects in the depot of the shard that owns them") {
-  ensure_two_shards();
-  unsigned cls = size_to_class(80);
-  size_t n = batch_size(cls);
-  std::vector<void*> objs(n);
-  REQUIRE(g_central[1][cls].alloc_batch(cls, objs.data(), n) == n);
-  size_t d0 = g_depot[0][cls].stats().objects, d1 = g_depot[1][cls].stats().objects;
-  depot_give(current_shard(), cls, objs.data(), n);
-  REQUIRE(g_depot[0][cls].stats().objects == d0);
-  REQUIRE(g_depot[1][cls].stats().objects == d1 + n);
-  // Shard 1's next refill gets them back, hot.
-  std::vector<void*> back(n);
-  REQUIRE(g_depot[1][cls].take(cls, back.data(), n) == n);
-  std::sort(objs.begin(), objs.end());
-  std::sort(back.begin(), back.end());
-  REQUIRE(objs == back);
-  central_free(cls, back.data(), n);
-}
-
-TEST_CASE("a drain of interleaved owners makes one sheaf per owner, not one per run") {
-  ensure_two_shards();
-  unsigned cls = size_to_class(112);
-  size_t half = batch_size(cls) / 2;
-  std::vector<void*> a(half), b(half), mixed;
-  REQUIRE(g_central[0][cls].alloc_batch(cls, a.data(), half) == half);
-  REQUIRE(g_central[1][cls].alloc_batch(cls, b.data(), half) == half);
-  for (size_t i = 0; i < half; i++) {
-    mixed.push_back(a[i]);
-    mixed.push_back(b[i]);
-  }
-  depot_give(current_shard(), cls, mixed.data(), mixed.size());
-  // Each owner's next refill gets all of its objects in one take.
-  std::vector<void*> back(batch_size(cls));
-  REQUIRE(g_depot[0][cls].take(cls, back.data(), back.size()) == half);
-  central_free(cls, back.data(), half);
-  REQUIRE(g_depot[1][cls].take(cls, back.data(), back.size()) == half);
-  central_free(cls, back.data(), half);
 }
 
 TEST_CASE("a page heap with no room takes another heap's free pages, which go back there") {

@@ -1,0 +1,148 @@
+// core/alloc/depot.h: full sheaves in and out whole or in part, the bound on what a
+// depot keeps, the decay of sheaves nobody took for a whole tick, and drains that
+// leave objects in their owners' depots (the last two need two shards: a synthetic
+// machine of two is adopted where this one has one, test/unit/synthetic.h).
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <vector>
+
+#include "core/alloc/percpu.h"
+#include "core/heap.h"
+#include "test/unit/synthetic.h"
+
+using namespace uslab;
+
+namespace {
+// n objects of class cls from shard 0's slabs.
+std::vector<void*> from_slabs(unsigned cls, size_t n) {
+  std::vector<void*> v(n);
+  REQUIRE(g_central[0][cls].alloc_batch(cls, v.data(), n) == n);
+  return v;
+}
+
+// Objects out of shard 0's slabs (held by the test or by the depot). Free ones are no
+// measure: a slab that becomes wholly free goes back to the page heap.
+size_t out_of_slabs(unsigned cls) {
+  CentralStats s = g_central[0][cls].stats(cls);
+  return s.objects - s.free_objects;
+}
+}  // namespace
+
+TEST_CASE("a sheaf given to the depot comes back whole, or in part to a smaller take") {
+  const unsigned cls = size_to_class(72);
+  Depot& d = g_depot[0][cls];
+  d.flush(cls);
+  const size_t n = batch_size(cls);
+  std::vector<void*> objs = from_slabs(cls, n);
+  const uint64_t hits = d.stats().hits;
+  d.give(cls, objs.data(), n, false);
+  CHECK(d.stats().objects == n);
+  // A take of fewer objects than the sheaf holds (the bulk API) gets the newest ones.
+  std::vector<void*> part(5);
+  REQUIRE(d.take(cls, part.data(), 5) == 5);
+  CHECK(std::equal(part.begin(), part.end(), objs.end() - 5));
+  CHECK(d.stats().objects == n - 5);
+  // A take of a sheaf's worth gets what is left of it.
+  std::vector<void*> rest(n);
+  REQUIRE(d.take(cls, rest.data(), n) == n - 5);
+  CHECK(std::equal(objs.begin(), objs.end() - 5, rest.begin()));
+  CHECK(d.stats().objects == 0);
+  CHECK(d.stats().hits == hits + 2);
+  // An empty depot refills from its shard's slabs: a batch, not a hit, of other
+  // objects than those held.
+  std::vector<void*> fresh(n);
+  REQUIRE(d.take(cls, fresh.data(), n) == n);
+  CHECK(d.stats().hits == hits + 2);
+  std::vector<void*> all = objs;
+  all.insert(all.end(), fresh.begin(), fresh.end());
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+  central_free(cls, objs.data(), n);
+  central_free(cls, fresh.data(), n);
+}
+
+TEST_CASE("a depot keeps at most depot_max_full sheaves; the rest go to the slabs") {
+  const unsigned cls = size_to_class(176);
+  Depot& d = g_depot[0][cls];
+  d.flush(cls);
+  const size_t n = batch_size(cls), max = depot_max_full(cls);
+  REQUIRE(max >= 1);
+  std::vector<std::vector<void*>> batches;
+  for (size_t i = 0; i < max + 2; i++) batches.push_back(from_slabs(cls, n));
+  const size_t out = out_of_slabs(cls);
+  for (auto& b : batches) d.give(cls, b.data(), n, false);
+  CHECK(d.stats().objects == max * n);
+  CHECK(out_of_slabs(cls) == out - 2 * n);  // the two over the bound
+  d.flush(cls);
+  CHECK(d.stats().objects == 0);
+  CHECK(out_of_slabs(cls) == out - (max + 2) * n);
+}
+
+TEST_CASE("the decay tick returns the sheaves that no take reached since the last tick") {
+  const unsigned cls = size_to_class(208);
+  Depot& d = g_depot[0][cls];
+  d.flush(cls);
+  const size_t n = batch_size(cls);
+  REQUIRE(depot_max_full(cls) >= 3);
+  std::vector<std::vector<void*>> batches;
+  for (int i = 0; i < 3; i++) batches.push_back(from_slabs(cls, n));
+  d.decay(cls);  // a tick with an empty depot: its low-water mark is 0
+  for (auto& b : batches) d.give(cls, b.data(), n, false);
+  // The first tick after the gives: every sheaf arrived within the interval.
+  d.decay(cls);
+  CHECK(d.stats().objects == 3 * n);
+  // One sheaf taken and given back within the next interval: the depot never held
+  // fewer than two through it, so two sheaves' worth go and one stays.
+  std::vector<void*> used(n);
+  REQUIRE(d.take(cls, used.data(), n) == n);
+  d.give(cls, used.data(), n, false);
+  const size_t out = out_of_slabs(cls);
+  d.decay(cls);
+  CHECK(d.stats().objects == n);
+  CHECK(out_of_slabs(cls) == out - 2 * n);
+  // Nobody took it during the next interval: it goes too.
+  d.decay(cls);
+  CHECK(d.stats().objects == 0);
+  CHECK(out_of_slabs(cls) == out - 3 * n);
+}
+
+TEST_CASE("a drain leaves objects in the depot of the shard that owns them") {
+  ensure_two_shards();
+  unsigned cls = size_to_class(80);
+  size_t n = batch_size(cls);
+  std::vector<void*> objs(n);
+  REQUIRE(g_central[1][cls].alloc_batch(cls, objs.data(), n) == n);
+  size_t d0 = g_depot[0][cls].stats().objects, d1 = g_depot[1][cls].stats().objects;
+  const uint64_t remote = g_depot[1][cls].stats().remote;
+  depot_give(0, cls, objs.data(), n);
+  REQUIRE(g_depot[0][cls].stats().objects == d0);
+  REQUIRE(g_depot[1][cls].stats().objects == d1 + n);
+  CHECK(g_depot[1][cls].stats().remote == remote + n);  // drained on shard 0's CPUs
+  // Shard 1's next refill gets them back, hot.
+  std::vector<void*> back(n);
+  REQUIRE(g_depot[1][cls].take(cls, back.data(), n) == n);
+  std::sort(objs.begin(), objs.end());
+  std::sort(back.begin(), back.end());
+  REQUIRE(objs == back);
+  central_free(cls, back.data(), n);
+}
+
+TEST_CASE("a drain of interleaved owners makes one sheaf per owner, not one per run") {
+  ensure_two_shards();
+  unsigned cls = size_to_class(112);
+  size_t half = batch_size(cls) / 2;
+  std::vector<void*> a(half), b(half), mixed;
+  REQUIRE(g_central[0][cls].alloc_batch(cls, a.data(), half) == half);
+  REQUIRE(g_central[1][cls].alloc_batch(cls, b.data(), half) == half);
+  for (size_t i = 0; i < half; i++) {
+    mixed.push_back(a[i]);
+    mixed.push_back(b[i]);
+  }
+  depot_give(current_shard(), cls, mixed.data(), mixed.size());
+  // Each owner's next refill gets all of its objects in one take.
+  std::vector<void*> back(batch_size(cls));
+  REQUIRE(g_depot[0][cls].take(cls, back.data(), back.size()) == half);
+  central_free(cls, back.data(), half);
+  REQUIRE(g_depot[1][cls].take(cls, back.data(), back.size()) == half);
+  central_free(cls, back.data(), half);
+}
