@@ -26,6 +26,8 @@ const DecayHooks* hooks() { return __atomic_load_n(&g_decay_hooks, __ATOMIC_ACQU
 
 uint64_t decay_next_tick_ms() { return next_tick_ms_.load(std::memory_order_relaxed); }
 
+uint64_t decay_ticks_run() { return ticks_.load(std::memory_order_relaxed); }
+
 void decay_postpone_tick() {
   next_tick_ms_.store(os::now_ms() + decay_tick_ms(), std::memory_order_relaxed);
 }
@@ -38,8 +40,8 @@ void run_tick() {
   percpu_decay_sheaves();
   central_release_all_spares();
   if (const DecayHooks* h = hooks()) h->tick();
-  page_heap_purge_all(
-      false);  // pages free for decay_purge_age_ms, even if a heap saw no call since
+  // Pages free for decay_purge_age_ms, even in a heap that saw no call since.
+  page_heap_purge_all(false);
   huge_cache_purge(false);
   // A program whose caches, free pages and deferred frees hold this much gets the
   // thread even when no single heap crossed the mark (background_thread=auto).
@@ -78,7 +80,7 @@ size_t decay_release_all() {
 
 void decay_notice() {
   decay_maybe_tick();
-  thread_cache_decay(ticks_.load(std::memory_order_relaxed));
+  thread_cache_decay(decay_ticks_run());
   background_poke();
 }
 

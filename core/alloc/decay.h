@@ -56,6 +56,8 @@ void decay_tick_now();
 size_t decay_release_all();
 // When the next tick is due (os::now_ms); 0 before the clock started.
 uint64_t decay_next_tick_ms();
+// How many ticks have run (a thread cache gives its bins back once per tick).
+uint64_t decay_ticks_run();
 // The next tick a whole interval from now (the background thread, woken from a sleep
 // with nothing to give back).
 void decay_postpone_tick();

@@ -146,6 +146,10 @@ ThreadCache* create() {
   ThreadCache* tc = &rec->tc;
   memset(tc, 0, sizeof *tc);
   tc->shard = shard_for_new_thread();
+  // Ticks before this cache existed owe nothing: its bins go back from the next one
+  // on (from 0, its first slow path after any tick emptied every bin it had just
+  // filled).
+  tc->decay_ticks = decay_ticks_run();
   prepare_shard(tc->shard);
   size_t off = 0;
   for (unsigned c = 1; c < kNumClasses; c++) {

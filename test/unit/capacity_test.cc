@@ -9,6 +9,7 @@
 #include "core/alloc/decay.h"
 #include "core/heap.h"
 #include "core/platform/config.h"
+#include "test/unit/own_ticks.h"
 
 using namespace uslab;
 
@@ -29,23 +30,10 @@ struct PinToCpu {
 };
 
 // The thief compares misses over the last two decay ticks: the test runs the ticks
-// itself, two at the start so that no earlier test's misses (nor the other section's:
-// Catch runs the case once per section) count, and none meanwhile (decay_ms of an
-// hour). With the default 10 s a tick fell or not between sections: under the
-// sanitizers the victims' earlier 20 rounds sometimes still counted, and 1 KiB
-// reached 96 objects of 256.
-struct OwnTicks {
-  uint64_t saved = g_config.decay_ms;
-  OwnTicks() {
-    g_config.decay_ms = 3'600'000;
-    decay_tick_now();
-    decay_tick_now();
-  }
-  ~OwnTicks() {
-    g_config.decay_ms = saved;
-    decay_tick_now();  // the next tick due an ordinary interval from now
-  }
-};
+// itself (OwnTicks), so that no earlier test's misses (nor the other section's:
+// Catch runs the case once per section) count, and none meanwhile. With the default
+// 10 s a tick fell or not between sections: under the sanitizers the victims' earlier
+// 20 rounds sometimes still counted, and 1 KiB reached 96 objects of 256.
 
 uint64_t misses() {
   PerCpuClassStats st[kMaxClasses];

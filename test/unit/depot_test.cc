@@ -8,6 +8,7 @@
 
 #include "core/alloc/percpu.h"
 #include "core/heap.h"
+#include "test/unit/own_ticks.h"
 #include "test/unit/synthetic.h"
 
 using namespace uslab;
@@ -29,6 +30,7 @@ size_t out_of_slabs(unsigned cls) {
 }  // namespace
 
 TEST_CASE("a sheaf given to the depot comes back whole, or in part to a smaller take") {
+  OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(72);
   Depot& d = g_depot[0][cls];
   d.flush(cls);
@@ -62,6 +64,7 @@ TEST_CASE("a sheaf given to the depot comes back whole, or in part to a smaller 
 }
 
 TEST_CASE("a depot keeps at most depot_max_full sheaves; the rest go to the slabs") {
+  OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(176);
   Depot& d = g_depot[0][cls];
   d.flush(cls);
@@ -79,6 +82,7 @@ TEST_CASE("a depot keeps at most depot_max_full sheaves; the rest go to the slab
 }
 
 TEST_CASE("the decay tick returns the sheaves that no take reached since the last tick") {
+  OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(208);
   Depot& d = g_depot[0][cls];
   d.flush(cls);
