@@ -26,27 +26,34 @@ static_assert(sizeof(DeferBlock) <= 4096, "a block is one page");
 
 struct alignas(64) DeferSlot {
   Mutex lock;
-  DeferBlock* open;
+  DeferBlock* open USLAB_GUARDED_BY(lock);
 };
 
 // The queue (under queue_lock_).
 constinit Mutex queue_lock_;
 USLAB_LOCK_ONE(kDeferredQueue, queue_lock_);
-DeferBlock* head_ = nullptr;  // sealed, oldest first (stamps never decrease)
-DeferBlock* tail_ = nullptr;
-void* chain_ = nullptr;  // emergency chain: objects linked through their first word
-void* chain_tail_ = nullptr;
-uint64_t chain_stamp_ = 0;
-size_t chain_count_ = 0;
-size_t chain_bytes_ = 0;
-uintptr_t chain_secret_ = 0;  // encodes the chain's links (set_link); set by decide()
-uint32_t poller_ = 0;         // the thread that detached blocks to free them (0: none)
-size_t blocks_ = 0;           // sealed and not yet freed (queued or with the poller)
-size_t sealed_objects_ = 0;
-uint64_t blocks_sealed_ = 0, blocks_freed_ = 0;  // totals (the barrier compares them)
-uint64_t chained_ = 0, chained_freed_ = 0;
-uint64_t objects_freed_ = 0;
-uint64_t chains_freed_ = 0;
+// Sealed blocks, oldest first (stamps never decrease).
+DeferBlock* head_ USLAB_GUARDED_BY(queue_lock_) = nullptr;
+DeferBlock* tail_ USLAB_GUARDED_BY(queue_lock_) = nullptr;
+// The emergency chain: objects linked through their first word.
+void* chain_ USLAB_GUARDED_BY(queue_lock_) = nullptr;
+void* chain_tail_ USLAB_GUARDED_BY(queue_lock_) = nullptr;
+uint64_t chain_stamp_ USLAB_GUARDED_BY(queue_lock_) = 0;
+size_t chain_count_ USLAB_GUARDED_BY(queue_lock_) = 0;
+size_t chain_bytes_ USLAB_GUARDED_BY(queue_lock_) = 0;
+uintptr_t chain_secret_ = 0;  // encodes the chain's links (set_link); set once by decide()
+// The thread that detached blocks to free them (0: none).
+uint32_t poller_ USLAB_GUARDED_BY(queue_lock_) = 0;
+// Sealed and not yet freed (queued or with the poller).
+size_t blocks_ USLAB_GUARDED_BY(queue_lock_) = 0;
+size_t sealed_objects_ USLAB_GUARDED_BY(queue_lock_) = 0;
+// Totals (the barrier compares them).
+uint64_t blocks_sealed_ USLAB_GUARDED_BY(queue_lock_) = 0;
+uint64_t blocks_freed_ USLAB_GUARDED_BY(queue_lock_) = 0;
+uint64_t chained_ USLAB_GUARDED_BY(queue_lock_) = 0;
+uint64_t chained_freed_ USLAB_GUARDED_BY(queue_lock_) = 0;
+uint64_t objects_freed_ USLAB_GUARDED_BY(queue_lock_) = 0;
+uint64_t chains_freed_ USLAB_GUARDED_BY(queue_lock_) = 0;
 
 // The locked slots, one per possible CPU (created on first use).
 constinit Mutex slots_init_lock_;
@@ -116,7 +123,7 @@ void* chain_next(void* obj, bool* ok) {
   return *ok ? next : nullptr;
 }
 
-void add_to_chain_locked(void* p) {
+void add_to_chain_locked(void* p) USLAB_REQUIRES(queue_lock_) {
   USLAB_DCHECK(queue_lock_.held());
   set_link(p, nullptr);
   if (chain_tail_)
@@ -177,17 +184,18 @@ void free_chain(void* p) {
 
 // What the poller detached (under queue_lock_; reachable so that a forked child can
 // put it back when the poller is a thread the child does not have).
-DeferBlock* inflight_ = nullptr;
-DeferBlock* inflight_tail_ = nullptr;
-void* inflight_chain_ = nullptr;
-void* inflight_chain_tail_ = nullptr;
-uint64_t inflight_chain_stamp_ = 0;
-size_t inflight_chain_count_ = 0, inflight_chain_bytes_ = 0;
+DeferBlock* inflight_ USLAB_GUARDED_BY(queue_lock_) = nullptr;
+DeferBlock* inflight_tail_ USLAB_GUARDED_BY(queue_lock_) = nullptr;
+void* inflight_chain_ USLAB_GUARDED_BY(queue_lock_) = nullptr;
+void* inflight_chain_tail_ USLAB_GUARDED_BY(queue_lock_) = nullptr;
+uint64_t inflight_chain_stamp_ USLAB_GUARDED_BY(queue_lock_) = 0;
+size_t inflight_chain_count_ USLAB_GUARDED_BY(queue_lock_) = 0;
+size_t inflight_chain_bytes_ USLAB_GUARDED_BY(queue_lock_) = 0;
 bool fork_poller_is_me_ = false;
 
 // Puts what the poller still holds back in front of the queue (older stamps
 // first) and ends the poll. Queue lock held.
-void requeue_inflight_locked() {
+void requeue_inflight_locked() USLAB_REQUIRES(queue_lock_) {
   USLAB_DCHECK(queue_lock_.held());
   if (inflight_) {
     inflight_tail_->next = head_;
@@ -306,7 +314,7 @@ DeferSlot& current_slot() {
 }
 
 // Seals (or frees, when empty) a slot's open block; its lock held. True if sealed.
-bool close_slot_locked(DeferSlot& s) {
+bool close_slot_locked(DeferSlot& s) USLAB_REQUIRES(s.lock) {
   USLAB_DCHECK(s.lock.held());
   DeferBlock* b = s.open;
   s.open = nullptr;
@@ -328,13 +336,13 @@ void drain_sink(void* const* objs, size_t n, void*) { seal(new_block(), objs, n)
 void seal_open(bool wait) {
   percpu_defer_drain_all(drain_sink, nullptr);
   for (uint32_t i = 0; i < nslots_; i++) {
-    Mutex& m = slots_[i].lock;
+    DeferSlot& slot = slots_[i];
     if (wait)
-      m.lock();
-    else if (!m.try_lock())
+      slot.lock.lock();
+    else if (!slot.lock.try_lock())
       continue;
-    close_slot_locked(slots_[i]);
-    m.unlock();
+    close_slot_locked(slot);
+    slot.lock.unlock();
   }
 }
 
@@ -423,13 +431,13 @@ size_t deferred_pending_objects() {
   // A busy slot counts as one: the tick that asks may run inside an allocation made
   // under that slot's lock (a new block), and must not wait for it.
   for (uint32_t i = 0; i < nslots_; i++) {
-    Mutex& m = slots_[i].lock;
-    if (!m.try_lock()) {
+    DeferSlot& slot = slots_[i];
+    if (!slot.lock.try_lock()) {
       n++;
       continue;
     }
-    if (slots_[i].open) n += slots_[i].open->count;
-    m.unlock();
+    if (slot.open) n += slot.open->count;
+    slot.lock.unlock();
   }
   LockGuard g(queue_lock_);
   return n + sealed_objects_ + chain_count_;
@@ -463,9 +471,13 @@ DeferredStats deferred_stats(size_t* per_class) {
   return st;
 }
 
-void deferred_fork_prepare() { fork_poller_is_me_ = poller_ == current_tid(); }
+// Fork's prepare handler runs this with every lock held (heap_fork.cc's walk, which
+// the analysis does not follow); the child, as its only thread.
+void deferred_fork_prepare() USLAB_NO_THREAD_SAFETY_ANALYSIS {
+  fork_poller_is_me_ = poller_ == current_tid();
+}
 
-void deferred_fork_child(bool prepared) {
+void deferred_fork_child(bool prepared) USLAB_NO_THREAD_SAFETY_ANALYSIS {
   // The blocks a poll in another thread had detached go back to the queue (that
   // thread does not exist here); a poll the forking thread itself is in goes on.
   if (prepared && poller_ && !fork_poller_is_me_) {

@@ -35,7 +35,7 @@ uint32_t recent_misses(CpuMeta& m, unsigned cls) {
 // there next time.
 constexpr unsigned kStealLooks = 8;
 constexpr uint8_t kStealWait = 8;
-bool steal(uint32_t c, CpuMeta& m, unsigned keep) {
+bool steal(uint32_t c, CpuMeta& m, unsigned keep) USLAB_REQUIRES(m.lock) {
   const uint32_t need = recent_misses(m, keep);
   for (unsigned looked = 0; looked < kStealLooks; looked++) {
     unsigned v = m.held.next_after(m.clock);

@@ -246,7 +246,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
   size_t total = 0;
   // Commits the run of s: bitmap word, counts, lists; an empty slab beyond the
   // spare joins `empties`. Lock held.
-  auto finish_run = [&] {
+  auto finish_run = [&]() USLAB_REQUIRES(lock_) {
     if (freed == 0) {  // a run cut short by a double free: the slab may be the spare
       s = nullptr;
       return;
@@ -279,7 +279,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
     s = nullptr;
   };
   // The free count is published before the lock is dropped (borrowers read it).
-  auto publish_and_unlock = [&] {
+  auto publish_and_unlock = [&]() USLAB_RELEASE(lock_) {
     add_free(static_cast<ptrdiff_t>(total));
     total = 0;
     lock_.unlock();

@@ -87,25 +87,25 @@ class alignas(64) CentralList {
   Span* new_slab(unsigned cls);
   size_t take_from(Span* s, void** out, size_t n);
   // Up to n objects from the partial slabs (not the spare); lock held.
-  size_t take_partial(void** out, size_t n);
+  size_t take_partial(void** out, size_t n) USLAB_REQUIRES(lock_);
   // Debug-check builds: slab s of this list keeps the invariants above (lock held).
-  void check_slab_locked(const Span* s) const;
+  void check_slab_locked(const Span* s) const USLAB_REQUIRES(lock_);
   // Up to n objects from another shard of this node with a surplus; lock not held.
   size_t borrow(unsigned cls, void** out, size_t n);
   // Counts d more free objects here, and their bytes in the shard's total.
-  void add_free(ptrdiff_t d);
+  void add_free(ptrdiff_t d) USLAB_REQUIRES(lock_);
   unsigned shard() const;
   unsigned size_class() const;
 
   Mutex lock_;
-  IntrusiveList<Span> partial_;
-  Span* spare_ = nullptr;
-  size_t slabs_ = 0;
-  size_t free_objects_ = 0;
-  uint64_t batches_out_ = 0;
-  uint64_t batches_in_ = 0;
-  uint64_t remote_ = 0;
-  uint64_t lent_ = 0;
+  IntrusiveList<Span> partial_ USLAB_GUARDED_BY(lock_);
+  Span* spare_ USLAB_GUARDED_BY(lock_) = nullptr;
+  size_t slabs_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t free_objects_ USLAB_GUARDED_BY(lock_) = 0;
+  uint64_t batches_out_ USLAB_GUARDED_BY(lock_) = 0;
+  uint64_t batches_in_ USLAB_GUARDED_BY(lock_) = 0;
+  uint64_t remote_ USLAB_GUARDED_BY(lock_) = 0;
+  uint64_t lent_ USLAB_GUARDED_BY(lock_) = 0;
 };
 
 extern CentralList g_central[kMaxShards][kMaxClasses];

@@ -69,13 +69,13 @@ class alignas(64) Depot {
   unsigned shard() const;
 
   Mutex lock_;
-  Sheaf* full_ = nullptr;
-  Sheaf* empty_ = nullptr;
-  uint32_t nfull_ = 0;
-  uint32_t low_water_ = 0;  // fewest full sheaves since the last decay tick
-  size_t objects_ = 0;
-  uint64_t hits_ = 0;
-  uint64_t remote_ = 0;
+  Sheaf* full_ USLAB_GUARDED_BY(lock_) = nullptr;
+  Sheaf* empty_ USLAB_GUARDED_BY(lock_) = nullptr;
+  uint32_t nfull_ USLAB_GUARDED_BY(lock_) = 0;
+  uint32_t low_water_ USLAB_GUARDED_BY(lock_) = 0;  // fewest full sheaves since the last tick
+  size_t objects_ USLAB_GUARDED_BY(lock_) = 0;
+  uint64_t hits_ USLAB_GUARDED_BY(lock_) = 0;
+  uint64_t remote_ USLAB_GUARDED_BY(lock_) = 0;
 };
 
 extern Depot g_depot[kMaxShards][kMaxClasses];

@@ -16,13 +16,13 @@ struct Entry {
 
 constinit Mutex lock_;
 USLAB_LOCK_ONE(kHugeCache, lock_);
-Entry entries_[kHugeCacheEntries];
-size_t count_ = 0;  // entries_[0 … count_), oldest first
-size_t bytes_ = 0;
+Entry entries_[kHugeCacheEntries] USLAB_GUARDED_BY(lock_);
+size_t count_ USLAB_GUARDED_BY(lock_) = 0;  // entries_[0 … count_), oldest first
+size_t bytes_ USLAB_GUARDED_BY(lock_) = 0;
 
 size_t capacity(const Segment* seg) { return seg->mapped_bytes - kPageSize; }
 
-void remove_at(size_t i) {
+void remove_at(size_t i) USLAB_REQUIRES(lock_) {
   bytes_ -= entries_[i].seg->mapped_bytes;
   for (size_t j = i + 1; j < count_; j++) entries_[j - 1] = entries_[j];
   count_--;

@@ -15,13 +15,13 @@ namespace {
 
 constinit Mutex decide_lock_;
 USLAB_LOCK_ONE(kMemoryLimit, decide_lock_);
-MemoryLimit limit_{};
+MemoryLimit limit_{};  // written once under decide_lock_, read after g_limit_state says so
 constinit std::atomic<uint64_t> last_release_ms_{0}, releases_{0}, refusals_{0};
 // The heap's resident estimate after the last release (0: below the limit since).
 constinit std::atomic<size_t> resident_at_release_{0};
 
 // Decides the limit (decide_lock_ held): the option's, or the cgroup's share.
-void decide_locked() {
+void decide_locked() USLAB_REQUIRES(decide_lock_) {
   USLAB_DCHECK(decide_lock_.held());
   if (g_limit_state.load(std::memory_order_relaxed) != kLimitUndecided) return;
   limit_.hard = g_config.memory_limit_hard;

@@ -27,9 +27,9 @@ class MetaArena {
  private:
   static constexpr size_t kChunk = size_t{1} << 20;
   Mutex lock_;
-  char* cur_ = nullptr;
-  char* end_ = nullptr;
-  size_t mapped_ = 0;
+  char* cur_ USLAB_GUARDED_BY(lock_) = nullptr;
+  char* end_ USLAB_GUARDED_BY(lock_) = nullptr;
+  size_t mapped_ = 0;  // written under lock_, read without it (statistics)
 };
 
 extern MetaArena g_meta_arena;
@@ -77,7 +77,7 @@ class MetaPool {
     Link* next;
   };
   Mutex lock_;
-  Link* free_ = nullptr;
+  Link* free_ USLAB_GUARDED_BY(lock_) = nullptr;
 };
 
 }  // namespace uslab

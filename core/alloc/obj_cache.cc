@@ -13,8 +13,9 @@ namespace {
 constinit Mutex registry_lock_;
 USLAB_LOCK_ONE(kObjCacheRegistry, registry_lock_);
 // One record per cache class; a class's record is reused with the class.
-USLAB_LARGE_ZERO constinit ObjCache records_[kMaxClasses] = {};
-USLAB_LARGE_ZERO constinit ObjCache* registry_[kMaxClasses] = {};
+USLAB_LARGE_ZERO constinit ObjCache records_[kMaxClasses] USLAB_GUARDED_BY(registry_lock_) = {};
+// Written under registry_lock_; read without it by obj_cache_of (an atomic load).
+USLAB_LARGE_ZERO constinit ObjCache* registry_[kMaxClasses] USLAB_GUARDED_BY(registry_lock_) = {};
 
 bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 

@@ -289,7 +289,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
 void PageHeap::coalesce(Span* s) {
   Segment* seg = s->segment;
   auto mergeable = [s](const Span* n) { return is_free(n) && n->dirty == s->dirty; };
-  auto absorb = [&](Span* n) {
+  auto absorb = [&](Span* n) USLAB_REQUIRES(lock_) {
     if (n->freed_at_ms < s->freed_at_ms) s->freed_at_ms = n->freed_at_ms;
     remove_free(n);
     clear_bounds(n);
@@ -436,7 +436,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
   size_t purged = 0;
   auto old = [&](const Span* s) { return all || now - s->freed_at_ms >= decay; };
   // A wholly free segment gives its address space back too.
-  auto unmap = [&](Span* s) {
+  auto unmap = [&](Span* s) USLAB_REQUIRES(lock_) {
     remove_free(s);
     segments_--;
     Segment* seg = s->segment;

@@ -137,39 +137,40 @@ class alignas(64) PageHeap {
   constexpr explicit PageHeap(Mutex::Unranked u) : lock_(u) {}
 
  private:
-  Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow);
-  void free_locked(Span* s, uint64_t now);
+  Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow)
+      USLAB_REQUIRES(lock_);
+  void free_locked(Span* s, uint64_t now) USLAB_REQUIRES(lock_);
   // After a free, with no lock of this heap: tells the background thread (dirty_pages:
   // this heap's dirty pages now).
   static void after_free(size_t dirty_pages);
   // Merges free span s (on no list) with its free neighbours of the same state
   // (dirty or clean) and sets its bounds.
-  void coalesce(Span* s);
-  Span* find_free(size_t npages);
+  void coalesce(Span* s) USLAB_REQUIRES(lock_);
+  Span* find_free(size_t npages) USLAB_REQUIRES(lock_);
   static bool is_free(const Span* n);  // a neighbour from the page map
-  Span* grow_heap(size_t want);
-  void insert_free(Span* s);
-  void remove_free(Span* s);
-  void set_bounds(Span* s);
-  void clear_bounds(Span* s);
-  Span* split_front(Span* s, size_t npages);
-  void maybe_purge(uint64_t now);
-  size_t purge_locked(uint64_t now, bool all);
+  Span* grow_heap(size_t want) USLAB_REQUIRES(lock_);
+  void insert_free(Span* s) USLAB_REQUIRES(lock_);
+  void remove_free(Span* s) USLAB_REQUIRES(lock_);
+  void set_bounds(Span* s) USLAB_REQUIRES(lock_);
+  void clear_bounds(Span* s) USLAB_REQUIRES(lock_);
+  Span* split_front(Span* s, size_t npages) USLAB_REQUIRES(lock_);
+  void maybe_purge(uint64_t now) USLAB_REQUIRES(lock_);
+  size_t purge_locked(uint64_t now, bool all) USLAB_REQUIRES(lock_);
   // Returns a dirty free span's pages to the OS; its bytes.
-  size_t purge_span(Span* s);
+  size_t purge_span(Span* s) USLAB_REQUIRES(lock_);
   // Before a segment is mapped for a request of npages: the dirty free spans shorter
   // than that could not serve it; purged, shortest first, down to the allowance
   // (kDirtyShare) of the heap that grows, or a segment's worth in another heap.
-  void purge_short(size_t npages, bool growing);
+  void purge_short(size_t npages, bool growing) USLAB_REQUIRES(lock_);
   // Before a segment is mapped: a dirty span whose clean neighbours make it long
   // enough for npages is purged, which merges them; the merged span, or nullptr.
-  Span* merge_mixed(size_t npages);
-  Span* new_span_desc();
+  Span* merge_mixed(size_t npages) USLAB_REQUIRES(lock_);
+  Span* new_span_desc() USLAB_REQUIRES(lock_);
   // Transparent huge pages (above): whether they are in use, the advice, and the
   // count of a segment's pages in use, which advises it once it is dense.
   static bool thp_enabled();
-  void advise_huge(Segment* seg, bool huge);
-  void use_pages(Segment* seg, size_t npages);
+  void advise_huge(Segment* seg, bool huge) USLAB_REQUIRES(lock_);
+  void use_pages(Segment* seg, size_t npages) USLAB_REQUIRES(lock_);
   static constexpr unsigned kPrivate = ~0u;
   unsigned index() const;  // in g_page_heap, or kPrivate
 
@@ -190,14 +191,14 @@ class alignas(64) PageHeap {
   // extents before retained ones. With one set, in which a freed span merged with
   // its clean neighbours and made them "dirty", new slabs faulted in purged pages
   // while resident ones sat free (fragmentation peak 217 -> 207 MiB).
-  SpanLists dirty_lists_, clean_lists_;
-  size_t segments_ = 0;
-  size_t huge_segments_ = 0;
-  size_t free_pages_ = 0;
-  size_t dirty_pages_ = 0;
-  size_t large_pages_ = 0;
-  size_t purged_bytes_ = 0;
-  uint64_t next_purge_ms_ = 0;
+  SpanLists dirty_lists_ USLAB_GUARDED_BY(lock_), clean_lists_ USLAB_GUARDED_BY(lock_);
+  size_t segments_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t huge_segments_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t free_pages_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t dirty_pages_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t large_pages_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t purged_bytes_ USLAB_GUARDED_BY(lock_) = 0;
+  uint64_t next_purge_ms_ USLAB_GUARDED_BY(lock_) = 0;
 };
 
 extern PageHeap g_page_heap[kMaxShards];

@@ -392,7 +392,7 @@ bool detach(uint32_t c, const HeaderSet& set, uint32_t* cur) {
 
 // Empties CPU c's sheaves of the classes in `set` into the slabs, their capacity
 // back to the budget (its lock held).
-bool drain_cpu(uint32_t c, CpuMeta& m, const HeaderSet& set) {
+bool drain_cpu(uint32_t c, CpuMeta& m, const HeaderSet& set) USLAB_REQUIRES(m.lock) {
   uint32_t cur[kSheafHeaders];
   size_t capacity = 0;
   for (unsigned cls = 1; cls < kMaxClasses; cls++)

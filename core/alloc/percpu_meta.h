@@ -58,12 +58,15 @@ inline void bump(std::atomic<uint64_t>& counter) {
 
 struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss that grows
   Mutex lock;
-  bool ready;             // used since start or the last drain
-  uint32_t clock;         // the class the capacity thief looked at last
-  ClassBits missed;       // missed since the thief last passed
-  ClassBits active;       // missed since the last decay tick
-  ClassBits held;         // grown since start (cleared when found without capacity)
-  size_t capacity_bytes;  // sum over classes of capacity × size
+  // Written under lock; on_miss reads the first three without it (a stale bit costs
+  // one locked miss more).
+  bool ready;                                    // used since start or the last drain
+  ClassBits missed;                              // missed since the thief last passed
+  ClassBits active;                              // missed since the last decay tick
+  uint32_t clock USLAB_GUARDED_BY(lock);         // the class the capacity thief looked at last
+  ClassBits held USLAB_GUARDED_BY(lock);         // grown since start (cleared when found without
+                                                 // capacity)
+  size_t capacity_bytes USLAB_GUARDED_BY(lock);  // sum over classes of capacity × size
   uint64_t grows, steals, drains;
   std::atomic<uint32_t> misses;  // on_miss calls (racy; paces the decay clock)
   // Sheaf misses per class for the statistics. Per CPU: 16 CPUs bumping one shared

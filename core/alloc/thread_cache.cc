@@ -34,7 +34,7 @@ struct CacheRecord {
 
 constinit Mutex registry_lock_;
 USLAB_LOCK_ONE(kThreadCacheRegistry, registry_lock_);
-constinit IntrusiveList<ThreadCache> registry_;
+constinit IntrusiveList<ThreadCache> registry_ USLAB_GUARDED_BY(registry_lock_);
 constinit MetaPool<CacheRecord> cache_pool_;
 USLAB_LOCK_ONE(kMetaPool, cache_pool_.lock());
 pthread_key_t key_;
@@ -269,7 +269,8 @@ void thread_cache_hits(uint64_t hits[kMaxClasses]) {
     for (size_t c = 1; c < kNumClasses; c++) hits[c] += tc->bins[c].hits / kHitStep;
 }
 
-void thread_cache_after_fork_child() {
+// The child's only thread, the registry's lock reset by fork (release takes it).
+void thread_cache_after_fork_child() USLAB_NO_THREAD_SAFETY_ANALYSIS {
   for (;;) {
     ThreadCache* victim = nullptr;
     for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)

@@ -26,6 +26,7 @@
 
 #include "core/platform/lock_table.h"
 #include "core/platform/os.h"
+#include "core/platform/thread_annotations.h"
 
 namespace uslab {
 
@@ -62,7 +63,7 @@ void lock_order_exit(const Mutex* m);
 // A forked child's thread holds none of the locks fork reset (no-op without checks).
 void lock_order_reset();
 
-class Mutex {
+class USLAB_CAPABILITY("mutex") Mutex {
  public:
   struct Unranked {};
   static constexpr Unranked kUnranked{};
@@ -79,7 +80,7 @@ class Mutex {
   // Whether the calling thread holds it (for checks: a relaxed load).
   bool held() const { return (word_.load(std::memory_order_relaxed) & ~kWaiters) == current_tid(); }
 
-  void lock() {
+  void lock() USLAB_ACQUIRE() {
     note_lock_enter();
 #if USLAB_DEBUG_CHECKS
     // After the count: a fork from a signal handler here must see this thread as
@@ -96,7 +97,7 @@ class Mutex {
 
   // Takes the lock only if it is free now. A plain load first: a failed CAS would
   // still pull the owner's line away from it.
-  bool try_lock() {
+  bool try_lock() USLAB_TRY_ACQUIRE(true) {
     note_lock_enter();
     uint32_t expected = 0;
     if (word_.load(std::memory_order_relaxed) == 0 &&
@@ -111,7 +112,7 @@ class Mutex {
     return false;
   }
 
-  void unlock() {
+  void unlock() USLAB_RELEASE() {
 #if USLAB_DEBUG_CHECKS
     lock_order_exit(this);
 #endif
@@ -168,10 +169,10 @@ class Mutex {
 #endif
 };
 
-class LockGuard {
+class USLAB_SCOPED_CAPABILITY LockGuard {
  public:
-  explicit LockGuard(Mutex& m) : m_(m) { m_.lock(); }
-  ~LockGuard() { m_.unlock(); }
+  explicit LockGuard(Mutex& m) USLAB_ACQUIRE(m) : m_(m) { m_.lock(); }
+  ~LockGuard() USLAB_RELEASE() { m_.unlock(); }
   LockGuard(const LockGuard&) = delete;
   LockGuard& operator=(const LockGuard&) = delete;
 
