@@ -1,6 +1,7 @@
 """bench/apps.py — real programs from Debian's packages with generated workloads, for
-`uslab bench apps` (bench/run.py runs them under each allocator, through bench/ab.py's
-run_once: the same launcher, input replay and malloc-binding check as `uslab ab`).
+`uslab bench apps` (bench/programs.py runs them under each allocator, through
+bench/launch.py's run_once: the same launcher, input replay and malloc-binding check as
+`uslab ab`).
 
 Each App writes its inputs into a work directory and names the command to run there.
 Its standard output is compared with the run under glibc (or, for a program that

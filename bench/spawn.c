@@ -1,4 +1,4 @@
-/* bench/spawn.c — runs a command and reports its resources, for bench/ab.py (uslab ab).
+/* bench/spawn.c — runs a command and reports its resources, for bench/launch.py (uslab ab, bench).
  * A small process forks the command so that the child's peak RSS starts from this
  * process's few pages, not from the (larger) caller's, which Linux would carry into
  * the child's ru_maxrss across fork and exec. Writes to OUT one line:

@@ -8,7 +8,7 @@ checkout of github.com/daanx/mimalloc-bench that the user built: `cmake -S bench
 out/bench && cmake --build out/bench` (or its own `./build-bench-env.sh bench`), so
 the binaries are in DIR/out/bench and the inputs in DIR/bench. Each program runs with
 the arguments mimalloc-bench's bench.sh gives it, scaled to this machine's CPU count,
-through bench/ab.py's run_once (the same launcher and peak-RSS measure as `uslab ab`).
+through bench/launch.py's run_once (the same launcher and peak-RSS measure as `uslab ab`).
 
 Time is the program's wall time, except where it reports its own throughput over a
 fixed time (larson, rptest, xmalloc-test, glibc-thread): there it is the relative
