@@ -75,8 +75,12 @@ memory.py (rss, idle, bigblocks, thp), programs.py (apps, suite); what they shar
 common.py, the measured launch of one command in launch.py, the charts in plot.py.
 """
 import argparse
+import contextlib
+import datetime
+import io
 import json
 import os
+import subprocess
 import sys
 
 import memory
@@ -84,6 +88,32 @@ import programs
 import speed
 import threaded
 from common import allocators, machine
+
+class Tee(io.StringIO):
+    """Keeps what is printed while passing it on (a benchmark's table for --record)."""
+
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def write(self, text):
+        self.out.write(text)
+        return super().write(text)
+
+
+def commit():
+    """The source tree's commit (with "+changes" when it has uncommitted ones)."""
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    git = ["git", "-C", src]
+    try:
+        rev = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("+changes" if dirty else "")
+
 
 # Every benchmark, in the order a run without names takes them.
 BENCHMARKS = {
@@ -119,6 +149,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--plot", metavar="DIR")
     ap.add_argument("--suite", metavar="DIR", help="a built mimalloc-bench checkout (bench suite)")
+    ap.add_argument("--record", metavar="RESULTS_MD",
+                    help="write the tables into RESULTS_MD (bench/record.py)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)  # programs run in folders of their own
     names = args.names or list(BENCHMARKS)
@@ -128,22 +160,27 @@ def main():
                      f"(available: {', '.join(BENCHMARKS)})")
 
     allocs = allocators(args.build)
-    out = {"machine": machine()}
+    out = {"machine": machine(), "tables": {},
+           "meta": {"date": datetime.date.today().isoformat(), "commit": commit(),
+                    "cpus": os.cpu_count() or 1}}
     print(f"Machine: {machine()}\n")
     medians = {}  # (program, alloc) -> median (time, RSS) of apps and suite
     for name in names:
         print(f"## {name}\n")
-        result = BENCHMARKS[name](args, allocs, out)
-        if name in ("apps", "suite"):
-            medians.update(result)
-    if {"apps", "suite"} <= set(names) and medians:
-        # The targets for real programs are over both sets together.
-        listed = sorted({n for n, _ in medians})
-        print(f"Geometric means over the {len(listed)} programs of apps and suite, / jemalloc "
-              "(time / RSS): " + ", ".join(
-                  f"{a} {m}"
-                  for a, m in zip(allocs, programs.jemalloc_means(medians, listed, allocs))))
-        print()
+        with contextlib.redirect_stdout(Tee(sys.stdout)) as table:
+            result = BENCHMARKS[name](args, allocs, out)
+            if name in ("apps", "suite"):
+                medians.update(result)
+            if name == "suite" and "apps" in names and medians:
+                # The targets for real programs are over both sets together.
+                listed = sorted({n for n, _ in medians})
+                print(f"Geometric means over the {len(listed)} programs of apps and suite, / "
+                      "jemalloc (time / RSS): " + ", ".join(
+                          f"{a} {m}"
+                          for a, m in zip(allocs, programs.jemalloc_means(medians, listed,
+                                                                          allocs))))
+                print()
+        out["tables"][name] = table.getvalue()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
@@ -151,6 +188,11 @@ def main():
         from plot import plot
         for path in plot(out, args.plot):
             print(f"Chart: {path}")
+    if args.record:
+        from record import record
+        moved = record(args.record, out, set(BENCHMARKS))
+        print(f"Recorded in {args.record}: {', '.join(names)} ({moved} earlier section(s) "
+              "moved to bench/history/)")
 
 
 if __name__ == "__main__":
