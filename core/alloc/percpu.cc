@@ -450,6 +450,22 @@ void flush_remote_cpu(uint32_t c) {
   __atomic_store_n(&h[kRemoteSheaf], end << 16 | b, __ATOMIC_SEQ_CST);
 }
 
+// Closes CPU c's fixed-capacity sheaf idx (kDeferSheaf, kRemoteSheaf) when it is
+// open and empty (its lock held), so that its slot pages can go back with the rest of
+// an idle CPU's (release_idle_slot_pages); its next use opens it again
+// (take_fixed_sheaf). Open, each kept a page resident on every CPU that ever freed a
+// remote-node object or deferred one. A push that lands before the fence keeps it
+// open, as it was. True when closed.
+bool close_fixed_if_empty(uint32_t c, unsigned idx) {
+  uint32_t* h = headers(c);
+  uint32_t header = __atomic_load_n(&h[idx], __ATOMIC_RELAXED), cur[kSheafHeaders];
+  if (header == 0 || cached_of(c, idx) != 0) return false;
+  if (!detach(c, HeaderSet::range(idx, idx + 1), cur)) return false;
+  if (cur[idx] == begin_of(idx)) return true;
+  __atomic_store_n(&h[idx], (header >> 16) << 16 | cur[idx], __ATOMIC_SEQ_CST);
+  return false;
+}
+
 void drain_classes(unsigned lo, unsigned hi) {
   if (g_percpu && rseq_fence_available())
     for (uint32_t c = 0; c < g_cpu_count; c++) {
@@ -523,7 +539,12 @@ void percpu_decay_sheaves() {
     if (any_idle) drain_cpu(c, m, idle);
     if (any_in_use) trim_cpu(c, in_use);
     flush_remote_cpu(c);
-    if (any_idle) release_idle_slot_pages(c, m);
+    bool closed = false;
+    if (!any_in_use) {  // no class in use here: the empty fixed sheaves close too
+      closed |= close_fixed_if_empty(c, kRemoteSheaf);
+      closed |= close_fixed_if_empty(c, kDeferSheaf);
+    }
+    if (any_idle || closed) release_idle_slot_pages(c, m);
   }
 }
 

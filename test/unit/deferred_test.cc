@@ -1,6 +1,6 @@
-// Grace periods and deferred frees in the core: read-side section nesting, a reader
-// holding back the objects deferred while it is inside, the barrier, and a
-// reader/writer hand-off verified object by object (also under the sanitizers).
+// core/deferred.h: a reader holding back the objects deferred while it is inside,
+// the barrier, and a reader/writer hand-off verified object by object (also under
+// the sanitizers). The grace periods themselves: grace_test.cc.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -8,65 +8,9 @@
 #include <vector>
 
 #include "core/heap.h"
+#include "test/unit/held_section.h"
 
 using namespace uslab;
-
-TEST_CASE("read-side sections nest; the outermost unlock ends the section") {
-  CHECK_FALSE(grace_in_section());
-  heap::read_lock();
-  uint64_t epoch = grace_oldest();
-  CHECK(epoch != UINT64_MAX);
-  heap::read_lock();
-  heap::read_unlock();
-  CHECK(grace_in_section());
-  CHECK(grace_oldest() == epoch);  // an inner section keeps the outer epoch
-  heap::read_unlock();
-  CHECK_FALSE(grace_in_section());
-}
-
-namespace {
-
-// A thread inside a read-side section from construction until release().
-class HeldSection {
- public:
-  HeldSection()
-      : thread_([this] {
-          heap::read_lock();
-          state_ = 1;
-          while (state_.load() != 2) std::this_thread::yield();
-          heap::read_unlock();
-          state_ = 3;
-        }) {
-    while (state_.load() != 1) std::this_thread::yield();
-  }
-  ~HeldSection() {
-    release();
-    thread_.join();
-  }
-  void release() {
-    if (state_.load() == 1) state_ = 2;
-  }
-  bool left() const { return state_.load() == 3; }
-
- private:
-  std::atomic<int> state_{0};
-  std::thread thread_;
-};
-
-}  // namespace
-
-TEST_CASE("a grace period waits for a reader that was inside, not for later ones") {
-  HeldSection reader;
-  uint64_t stamp = grace_stamp();
-  grace_start();
-  CHECK(grace_oldest() <= stamp);  // the reader was inside before the stamp
-  heap::read_lock();               // a section opened now is newer than the stamp
-  CHECK(grace_oldest() <= stamp);
-  heap::read_unlock();
-  reader.release();
-  grace_wait(stamp);
-  CHECK(reader.left());
-}
 
 TEST_CASE("objects deferred while a reader is inside stay until it leaves") {
   heap::deferred_barrier();

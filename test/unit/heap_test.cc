@@ -1,7 +1,7 @@
 // core/heap.h, the Heap facade: pointer ownership, every size, alignment, realloc,
-// zeroing, cross-thread frees with content verification, the decay tick's effect on
-// the CPU sheaves, and the advice on uslab's own metadata. (Slabs: central_test.cc;
-// kept huge blocks: huge_cache_test.cc.)
+// zeroing, cross-thread frees with content verification, and the advice on uslab's
+// own metadata. (Slabs: central_test.cc; kept huge blocks: huge_cache_test.cc; the
+// decay of the CPU sheaves: percpu_test.cc.)
 #include <catch2/catch.hpp>
 #include <sched.h>
 #include <sys/mman.h>
@@ -164,96 +164,6 @@ TEST_CASE("objects freed by other threads stay intact and are reused") {
     });
   for (auto& th : ts) th.join();
   heap::trim();
-}
-
-TEST_CASE("the decay tick empties the CPU sheaves of classes in use") {
-  // Objects a class keeps cached are scattered over slabs a peak left otherwise
-  // free; each tick gives them back (a class in use kept a batch: 2.2 MB of slabs
-  // stayed pinned by 175 KB of cached objects after a peak).
-  heap::free(heap::alloc(1000));  // the mode is chosen on the first slow path
-  if (!g_percpu || !rseq_fence_available()) return;  // per-thread caches: their own rules
-  const uint64_t saved = g_config.decay_ms;
-  g_config.decay_ms = 4;  // a tick every millisecond
-  auto tick = [] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // past the coarse clock
-    decay_maybe_tick();
-  };
-  auto cached = [](unsigned cls) {
-    PerCpuClassStats st[kMaxClasses];
-    percpu_class_stats(st);
-    return st[cls].cpu_objects;
-  };
-  // The next tick may have been set a sixteenth of the old decay_ms ahead: wait until
-  // ticks run (one that runs drains a class used once and then left alone).
-  const unsigned other = size_to_class(3000);
-  heap::free(heap::alloc(3000));
-  for (int i = 0; i < 1000 && cached(other) != 0; i++) tick();
-  REQUIRE(cached(other) == 0);
-
-  const unsigned cls = size_to_class(1000);
-  std::vector<void*> objs(12);
-  for (int round = 0; round < 3; round++) {  // the capacity grows by a batch per miss
-    for (void*& p : objs) p = heap::alloc(1000);
-    for (void* p : objs) heap::free(p);
-  }
-  tick();  // the hit counters seen
-  for (void*& p : objs) p = heap::alloc(1000);
-  for (void* p : objs) heap::free(p);
-  REQUIRE(cached(cls) >= objs.size());
-  tick();  // the class was used since the last one
-  CHECK(cached(cls) == 0);
-  g_config.decay_ms = saved;
-}
-
-TEST_CASE("a CPU whose sheaves were all drained gives their pages back, and reuses them") {
-  // A single-threaded program that moved over the 64 CPUs of a guest kept about 2.7
-  // MiB of drained regions' slot pages resident for good.
-  heap::free(heap::alloc(64));
-  if (!g_percpu || !rseq_fence_available()) return;
-  cpu_set_t saved_set;
-  REQUIRE(sched_getaffinity(0, sizeof saved_set, &saved_set) == 0);
-  int cpu = -1;
-  for (int c = CPU_SETSIZE - 1; c >= 0 && cpu < 0; c--)
-    if (CPU_ISSET(c, &saved_set) && static_cast<uint32_t>(c) < g_cpu_count) cpu = c;
-  REQUIRE(cpu >= 0);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
-  // Resident pages of the CPU's region past its first (mincore).
-  auto resident = [&] {
-    unsigned char v[64];
-    char* r = g_cpu_region + (size_t{static_cast<uint32_t>(cpu)} << kCpuRegionShift);
-    REQUIRE(mincore(r, size_t{1} << kCpuRegionShift, v) == 0);
-    int n = 0;
-    for (int i = 1; i < 64; i++) n += v[i] & 1;
-    return n;
-  };
-  std::vector<void*> objs;
-  for (size_t size : {48, 200, 1000, 3000}) {
-    for (int i = 0; i < 600; i++) objs.push_back(heap::alloc(size));
-    for (void* p : objs) heap::free(p);  // the sheaves grow and fill
-    objs.clear();
-  }
-  const int before = resident();
-  CHECK(before > 2);
-  const uint64_t saved = g_config.decay_ms;
-  g_config.decay_ms = 4;
-  for (int i = 0; i < 200 && resident() > 0; i++) {  // no allocation meanwhile: idle
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    decay_maybe_tick();
-  }
-  const int after = resident();
-  CHECK(after == 0);
-  for (int i = 0; i < 600; i++) objs.push_back(heap::alloc(200));  // used again
-  for (void* p : objs) heap::free(p);
-  PerCpuClassStats st[kMaxClasses];
-  percpu_class_stats(st);
-  CHECK(st[size_to_class(200)].cpu_objects > 0);
-  CHECK(resident() > 0);
-  g_config.decay_ms = saved;
-  REQUIRE(sched_setaffinity(0, sizeof saved_set, &saved_set) == 0);
-  INFO("resident slot pages: " << before << " -> " << after);
 }
 
 TEST_CASE("uslab's own arrays and metadata are advised off transparent huge pages") {

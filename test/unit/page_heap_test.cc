@@ -1,5 +1,6 @@
 // Page heap: span allocation, alignment, coalescing, in-place growth and shrinking,
-// and purging (decay) — on a private PageHeap so the global heap's state is irrelevant.
+// purging (decay) and the backlog the background thread sleeps on — on a private
+// PageHeap so the global heap's state is irrelevant.
 #include <catch2/catch.hpp>
 #include <sys/resource.h>
 
@@ -420,4 +421,26 @@ TEST_CASE("a heap that must grow first purges the dirty holes too short for the 
   ph.free(two);
   for (size_t i = 0; i < spans.size(); i += 2) ph.free(spans[i]);
   ph.purge(true);
+}
+
+TEST_CASE("a page heap's backlog holds its dirty pages until they are purged") {
+  PageHeap ph{Mutex::kUnranked};
+  bool z;
+  size_t dirty = 1;
+  REQUIRE_FALSE(ph.backlog(&dirty));
+  REQUIRE(dirty == 0);
+  Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
+  Span* s = ph.alloc(8, 1, SpanKind::kLarge, &z);
+  memset(s->start, 1, s->bytes());
+  ph.free(s);
+  REQUIRE(ph.backlog(&dirty));
+  REQUIRE(dirty == 8 * kPageSize);
+  ph.purge(true);
+  // Purged, but a clean segment with a live page and no empty descriptor page: nothing.
+  REQUIRE_FALSE(ph.backlog(&dirty));
+  REQUIRE(dirty == 0);
+  ph.free(keep);
+  REQUIRE(ph.backlog(&dirty));  // the page just freed
+  ph.purge(true);
+  REQUIRE_FALSE(ph.backlog(&dirty));  // the segment unmapped, its descriptors purged
 }

@@ -1,7 +1,6 @@
-// The heap profiler's sampling schedule (core/alloc/sampler.h) and its records
-// (core/prof/prof.h), in process: the draws have the mean the weights assume, a
-// stream's legs add up to the draw, and a dump names the function that allocated
-// with an estimate near the truth.
+// core/prof/prof.h: the heap profiler's records, in process: a dump names the
+// function that allocated with an estimate near the truth. (The sampling schedule:
+// sampler_test.cc.)
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
@@ -14,17 +13,11 @@
 #include <vector>
 
 #include "core/heap.h"
+#include "test/unit/sample_mean.h"
 
 using namespace uslab;
 
 namespace {
-
-// Restores the sampling mean and turns sampling back off after a test.
-struct MeanGuard {
-  uint64_t saved = g_sample_bytes;
-  explicit MeanGuard(uint64_t mean) { g_sample_bytes = mean; }
-  ~MeanGuard() { g_sample_bytes = saved; }
-};
 
 __attribute__((noinline)) void* prof_test_site(size_t n) {
   void* p = heap::alloc(n);
@@ -43,47 +36,6 @@ double folded_sum(const std::string& path, const char* needle) {
 }
 
 }  // namespace
-
-TEST_CASE("sampling draws have the mean the weights assume") {
-  MeanGuard g(512 << 10);
-  for (size_t size : {8u, 256u, 4096u, 100000u, 2000000u}) {
-    double p = sample_probability(size);
-    CHECK(p == Approx(1 - std::exp(-double(size) / (512 << 10))).epsilon(1e-6));
-    // The count to the next sample is geometric: mean 1/p.
-    double sum = 0;
-    const int n = 200000;
-    for (int i = 0; i < n; i++) sum += double(sample_draw_count(size));
-    INFO("size " << size);
-    CHECK(sum / n == Approx(1 / p).epsilon(0.02));
-  }
-  // The large allocations' byte countdown: each is sampled with probability p.
-  size_t sampled = 0;
-  const int n = 100000;
-  for (int i = 0; i < n; i++) sampled += sample_large(300000);
-  CHECK(double(sampled) / n == Approx(sample_probability(300000)).epsilon(0.03));
-}
-
-TEST_CASE("a stream's legs add up to its draw, and its last carry is the sampled one") {
-  // Drawn counts beyond one lap of the hit counter (4096 pops) take several carries.
-  for (uint64_t n : {1ull, 17ull, 4096ull, 4097ull, 10000ull, 123457ull}) {
-    uint64_t left = n;
-    // As sample_arm leaves it: the first leg taken from left.
-    uint64_t k = left < 4096 ? left : 4096;
-    left -= k;
-    uint64_t pops = k;
-    uint16_t counter = 0;
-    int carries = 0;
-    while (!sample_on_carry(&left, 1, false, &counter)) {
-      uint64_t leg = counter ? (65536 - counter) / kHitStep : 4096;
-      pops += leg;
-      REQUIRE(++carries < 100);
-    }
-    INFO("n " << n);
-    CHECK(pops == n);
-    // The stream is armed again: a fresh draw's first leg.
-    CHECK(left + (counter ? (65536 - counter) / kHitStep : 4096) >= 1);
-  }
-}
 
 TEST_CASE("a profile dump names the allocating function with its bytes") {
   config_init();  // read once: a later first read would undo the setting below
