@@ -70,7 +70,9 @@ constexpr uint32_t kDeferCap = 508;  // (4096 - a block's 32-byte header) / 8
 // free (not onto the class's sheaf, whose objects this CPU hands out again), and a
 // full buffer is flushed to the owning nodes in one go (percpu_remote_flush:
 // grouped by class and shard, one class lock per group). Fixed capacity, outside the budget,
-// opened on first use; the decay tick and malloc_trim flush what is left in it.
+// opened on first use; the decay tick and malloc_trim flush what is left in it. A tick
+// on a CPU with no class in use closes both fixed sheaves when they are empty, so that
+// their slot pages go back with the rest.
 constexpr unsigned kRemoteSheaf = kMaxClasses + 1;
 constexpr uint32_t kRemoteCap = 256;
 constexpr unsigned kSheafHeaders = kMaxClasses + 2;
