@@ -47,14 +47,13 @@ typedef struct uslab_stats {
   unsigned background;                  /* USLAB_BACKGROUND_* below: the background thread */
 } uslab_stats_t;
 
-#define USLAB_BACKGROUND_NONE 0 /* not started: nothing to give back yet (or =false) */
-#define USLAB_BACKGROUND_WANTED \
-  1 /* to be started at the allocator's next call from
-                                      outside libc */
-#define USLAB_BACKGROUND_RUNNING 2
-#define USLAB_BACKGROUND_FAILED \
-  3 /* could not be started (pthread_create failed, or a
-                                      seccomp filter): memory returns on allocator calls */
+/* uslab_stats_t.background: */
+#define USLAB_BACKGROUND_NONE 0    /* not started: nothing to give back yet (or =false) */
+#define USLAB_BACKGROUND_WANTED 1  /* to be started at the next call from outside libc */
+#define USLAB_BACKGROUND_RUNNING 2 /* running */
+/* Could not be started (pthread_create failed, or a seccomp filter): memory returns on
+ * allocator calls. */
+#define USLAB_BACKGROUND_FAILED 3
 
 #define USLAB_MODE_PER_THREAD 0   /* per-thread caches */
 #define USLAB_MODE_PERCPU_GLIBC 1 /* per-CPU sheaves, glibc's rseq registration */

@@ -103,6 +103,43 @@ static long metadata_kib(void) {
   return get && get(&s, sizeof s) == 0 ? (long)(s.metadata >> 10) : 0;
 }
 
+/* On a failure: where the memory is. uslab's own view (its statistics), and the
+ * process's mappings with the most resident memory (smaps), biggest first. */
+static void explain_rss(void) {
+  int (*get)(uslab_stats_t *, size_t) = (int (*)(uslab_stats_t *, size_t))dlsym(RTLD_DEFAULT, "uslab_stats_get");
+  uslab_stats_t s;
+  if (get && get(&s, sizeof s) == 0)
+    printf("idle_return: uslab says resident %zu KiB (mapped %zu, metadata %zu, cached %zu), "
+           "%u CPUs' sheaves in use, remote-node pending %zu\n",
+           s.resident >> 10, s.mapped >> 10, s.metadata >> 10, s.cached >> 10, s.cpus,
+           s.remote_node_pending);
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return;
+  enum { kTop = 8 };
+  char head[kTop][160] = {{0}}, cur[160] = "", line[512];
+  long rss[kTop] = {0};
+  while (fgets(line, sizeof line, f)) {
+    long kib;
+    if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' ')) {
+      size_t n = strcspn(line, "\n");
+      if (n >= sizeof cur) n = sizeof cur - 1;
+      memcpy(cur, line, n);
+      cur[n] = 0;
+    } else if (sscanf(line, "Rss: %ld kB", &kib) == 1) {
+      for (int i = 0; i < kTop; i++)
+        if (kib > rss[i]) {
+          memmove(&rss[i + 1], &rss[i], sizeof rss[0] * (kTop - 1 - i));
+          memmove(&head[i + 1], &head[i], sizeof head[0] * (kTop - 1 - i));
+          rss[i] = kib;
+          memcpy(head[i], cur, sizeof cur);
+          break;
+        }
+    }
+  }
+  fclose(f);
+  for (int i = 0; i < kTop && rss[i]; i++) printf("  %6ld KiB  %s\n", rss[i], head[i]);
+}
+
 int main(int argc, char **argv) {
   require_uslab();
   long decay_ms = argc > 1 ? atol(argv[1]) : 400;
@@ -173,6 +210,7 @@ int main(int argc, char **argv) {
          mode, bytes >> 20, before, peak, freed, t0 - t_free, now, waited, decay_ms,
          back_ms >= 0 ? "back" : "NOT back");
   CHECK(peak > before + (long)(bytes >> 11)); /* the peak really happened: half its KiB */
+  if (back_ms < 0) explain_rss();
   CHECK(back_ms >= 0);
   /* Within decay_ms of the frees (measured here: 0.75-0.85 of it), plus 100 ms for a
    * slow machine: ticks and the calls that run them come late there, never early. */
