@@ -1,8 +1,10 @@
 """bench/memory.py — the memory families of uslab bench: rss (memory return over
 time after a peak and after fragmentation), idle (what a program that goes quiet
 after a 1 GB peak keeps, and redis-server after FLUSHALL ASYNC), bigblocks (the
-page-fault storm of blocks of megabytes) and thp (a random walk over a 256 MiB heap,
-with and without transparent huge pages). Each bench_NAME(args, allocs, out) prints
+page-fault storm of blocks of megabytes), thp (a random walk over a 256 MiB heap,
+with and without transparent huge pages) and drift (object sizes that drift up and
+back, only the first 64 bytes of each written, or all: the resident memory huge pages
+cost). Each bench_NAME(args, allocs, out) prints
 its Markdown table and stores its raw results in out[NAME]."""
 import json
 import os
@@ -243,3 +245,41 @@ def bench_thp(args, allocs, out):
               f"{m['ns_per_step'] / med['jemalloc']['ns_per_step']:.2f}× time |")
     print()
     out["thp"] = results
+
+
+def bench_drift(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "drift")
+    peers = dict(allocs)
+    peers["uslab thp=false"] = allocs["uslab"]
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        mode = f.read().split("[")[-1].split("]")[0]  # the bracketed setting in use
+    results = {}  # (allocator, touch) -> [rows of one run]
+
+    def one(a, lib):
+        env = {"USLAB_CONF": "thp=false"} if a == "uslab thp=false" else None
+        for touch in ("sparse", "full"):
+            results.setdefault((a, touch), []).append(run_json([exe, touch], lib, env))
+
+    alternate(peers, args.rounds, one)
+    print(f"Command: tools/uslab bench drift --rounds {args.rounds} (60,000 live objects, one "
+          "replaced at random 2 million times per phase: 16-256 B, 256 B-2 KiB, 2-8 KiB, then "
+          "16-256 B again, then 12 s without a call; sparse writes the first 64 bytes of each "
+          f"object, full every byte; THP setting: {mode}; medians over rounds, MiB)\n")
+    print("| touch | allocator | peak RSS | of it huge pages at the 2-8 KiB phase | after 12 s "
+          "idle | peak / uslab thp=false | peak / lowest peer |")
+    print("|---|---|---|---|---|---|---|")
+    for touch in ("sparse", "full"):
+        med = {}
+        for a in peers:
+            runs = results[(a, touch)]
+            big = [next(r for r in rows if r["phase"] == "2K-8K") for rows in runs]
+            idle = [rows[-1] for rows in runs]
+            med[a] = (statistics.median(r["peak_rss_kib"] for r in idle) / 1024,
+                      statistics.median(r["anon_huge_kib"] for r in big) / 1024,
+                      statistics.median(r["rss_kib"] for r in idle) / 1024)
+        lowest = min(med[a][0] for a in peers if not a.startswith("uslab"))
+        for a, (peak, huge, idle) in med.items():
+            print(f"| {touch} | {a} | {peak:.0f} | {huge:.0f} | {idle:.0f} | "
+                  f"{peak / med['uslab thp=false'][0]:.2f} | {peak / lowest:.2f} |")
+    print()
+    out["drift"] = {f"{a}/{t}": rows for (a, t), rows in results.items()}

@@ -51,6 +51,18 @@ static inline long rss_kib(void) {
   return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* AnonHugePages of /proc/self/smaps_rollup: kB of anonymous memory in huge pages
+ * (-1 when unreadable). */
+static inline long anon_huge_kib(void) {
+  char buf[4096];
+  const char *s;
+  long v = -1;
+  if (read_small_file("/proc/self/smaps_rollup", buf, sizeof buf) > 0 &&
+      (s = strstr(buf, "AnonHugePages:")) != NULL)
+    sscanf(s + 14, "%ld", &v);
+  return v;
+}
+
 /* Calls fn(tid, arg) for each thread of this process (getdents64: opendir allocates);
  * returns the number of threads. */
 static inline int for_each_task(void (*fn)(long tid, void *arg), void *arg) {

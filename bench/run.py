@@ -51,6 +51,9 @@ Benchmarks (default: all):
   thp           a 256 MiB heap of 64-byte objects walked in a random cycle: ns per
                 step (TLB misses), peak RSS and AnonHugePages, uslab with and
                 without transparent huge pages
+  drift         object sizes that drift (16 B to 8 KiB and back), the first 64 bytes of
+                each written or all: peak RSS, huge pages, RSS after 12 s idle, against
+                uslab with thp=false and the peers
   prof          the heap profiler's cost: uslab and jemalloc without and with
                 profiling at a 512 KiB mean, on malloc/free pairs by size and two
                 threaded workloads; instructions per pair under callgrind
@@ -134,6 +137,7 @@ BENCHMARKS = {
     "startup": speed.bench_startup,
     "numa": threaded.bench_numa,
     "thp": memory.bench_thp,
+    "drift": memory.bench_drift,
     "prof": speed.bench_prof,
 }
 

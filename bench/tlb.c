@@ -26,17 +26,6 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* AnonHugePages of /proc/self/smaps_rollup, kB (-1 when unreadable). */
-static long anon_huge_kib(void) {
-  FILE *f = fopen("/proc/self/smaps_rollup", "r");
-  char line[256];
-  long v = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "AnonHugePages: %ld", &v) == 1) break;
-  if (f) fclose(f);
-  return v;
-}
-
 int main(int argc, char **argv) {
   size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : (size_t)4 << 20;
   size_t steps = argc > 2 ? strtoul(argv[2], NULL, 10) : (size_t)20 << 20;

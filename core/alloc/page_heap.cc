@@ -98,10 +98,13 @@ Span* PageHeap::find_free(size_t npages) {
 Span* PageHeap::grow_heap(size_t want) {
   Span* s = new_span_desc();
   if (!s) return nullptr;
-  // Transparent huge pages (page_heap.h): a big heap's new segment is advised to use
-  // them, unless it is made for a span that leaves a long tail (kThpEagerMaxPages); a
-  // small heap's is kept off them under the "always" setting, as is the latter.
-  const bool huge = segments_ >= kThpMinSegments && want < kThpEagerMaxPages;
+  // Transparent huge pages (page_heap.h): a big heap whose last measured segment was
+  // touched densely advises its new one, but for every kThpProbeEvery-th (it measures
+  // again) and one made for a span that leaves a long tail; the others are kept off
+  // them under the "always" setting.
+  bool huge = false;
+  if (segments_ >= kThpMinSegments && want < kThpEagerMaxPages && thp_eager_)
+    huge = ++thp_made_eager_ % kThpProbeEvery != 0;
   Segment* seg = segment_create_normal(
       thp_enabled() && (huge || os::thp_mode() == os::ThpMode::kAlways), huge);
   if (!seg) {
@@ -225,7 +228,7 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   s->kind = kind;
   s->dirty = Span::kClean;
   s->prev = s->next = nullptr;
-  use_pages(s->segment, s->npages);
+  use_pages(s->segment, s->start, s->npages);
   if (kind == SpanKind::kLarge) large_pages_ += s->npages;
   return s;
 }
@@ -343,7 +346,7 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
   }
   if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
   s->npages += static_cast<uint32_t>(extra);
-  use_pages(seg, extra);
+  use_pages(seg, s->start + (s->bytes() - extra * kPageSize), extra);
   large_pages_ += extra;
   set_bounds(s);
   return true;
@@ -495,9 +498,18 @@ PageHeapStats PageHeap::stats() {
 
 bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpMode::kNever; }
 
-void PageHeap::use_pages(Segment* seg, size_t npages) {
+void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages) {
   seg->used_pages += static_cast<uint32_t>(npages);
-  if (seg->used_pages == kMaxPages && !seg->huge) advise_huge(seg, true);  // dense
+  if (seg->used_pages != kMaxPages || seg->huge || !thp_enabled()) return;
+  // Full: dense if the program touched what it had of it before (page_heap.h). A
+  // segment one span filled tells nothing.
+  const size_t before = (kMaxPages - npages) * (kPageSize / os::kOsPage);
+  if (before == 0) return;
+  const size_t all = os::resident_pages(seg->page_addr(1), kMaxPages * kPageSize);
+  const size_t fresh_resident = os::resident_pages(fresh, npages * kPageSize);
+  const size_t resident = all > fresh_resident ? all - fresh_resident : 0;
+  thp_eager_ = resident * 8 >= before * kThpDenseEighths;
+  if (thp_eager_) advise_huge(seg, true);
 }
 
 void PageHeap::advise_huge(Segment* seg, bool huge) {

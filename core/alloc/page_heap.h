@@ -34,20 +34,25 @@
 // lock while calling in (order: central → page heap → MetaArena → PageMap).
 //
 // Transparent huge pages (the `thp` option, where the system's setting is not
-// "never"): a segment is advised MADV_HUGEPAGE when it is dense — all its pages in use
-// (khugepaged then collapses it in the background) — or, once its heap has
-// kThpMinSegments segments, when it is created (a heap that big fills its segments;
-// their pages then fault in 2 MiB at a time) for a span shorter than
-// kThpEagerMaxPages. Longer ones do not tile a segment's 511 pages: three 1 MiB
-// blocks (rocksdb's arena blocks) leave 127 pages free that no such block fits, and
-// the huge page under them made that hole resident (db_bench: 99 MiB peak, 91 with
-// thp=false, jemalloc 93). A purge in an advised segment first
-// advises it MADV_NOHUGEPAGE: the returned pages split off their huge page, and
-// khugepaged (which with max_ptes_none = 511 collapses a range holding a single
-// page) cannot fill the range back to 2 MiB: that refill is the RSS blow-up of THP.
-// Under the "always" setting, a segment of a small heap is advised MADV_NOHUGEPAGE
-// when it is created, for the same reason: a program with a 100 KiB heap would
-// otherwise hold 2 MiB pages. Segments are advised whole: one VMA per segment at most.
+// "never") only where the program touches what it allocates: a huge page makes its
+// whole 2 MiB resident, and a program that writes the first bytes of big objects (a
+// buffer sized for the worst case) would hold memory it never touched (sizes drifting
+// to 2-8 KiB, 64 bytes written each: 354 MiB resident with eager advice, 277 without).
+// So a segment is advised MADV_HUGEPAGE when it is dense: all its pages in use, and at
+// least kThpDenseEighths/8 of those in use before the span that filled it resident
+// (mincore; khugepaged then collapses it in the background). That measure also sets
+// the heap's eagerness: while the last segment measured was touched densely, a heap
+// of kThpMinSegments segments or more advises its new segments when it makes them
+// (their pages then fault in 2 MiB at a time), except every kThpProbeEvery-th, left
+// unadvised to measure again, and except segments made for a span of
+// kThpEagerMaxPages or more, which do not tile a segment's 511 pages (three 1 MiB
+// blocks leave 127 pages that a huge page made resident: db_bench 99 MiB, 91 without).
+// A purge in an advised segment first advises it MADV_NOHUGEPAGE: the returned pages
+// split off their huge page, and khugepaged (which with max_ptes_none = 511 collapses
+// a range holding a single page) cannot fill the range back to 2 MiB: that refill is
+// the RSS blow-up of THP. Under the "always" setting, every segment not advised huge
+// is advised MADV_NOHUGEPAGE when it is made, for the same reason (and so that the
+// measure sees 4 KiB faults). Segments are advised whole: one VMA per segment at most.
 //
 // Invariants: a free span's page-map entries are set at its first and last page and
 // null inside; an allocated span's are set at its first and last page (slabs set the
@@ -91,6 +96,8 @@ class alignas(64) PageHeap {
   static constexpr size_t kStealReserve = 64;                // 512 KiB
   static constexpr size_t kThpMinSegments = 4;               // 16 MiB
   static constexpr size_t kThpEagerMaxPages = 64;            // 512 KiB
+  static constexpr size_t kThpProbeEvery = 8;    // eager segments: one in 8 measures
+  static constexpr size_t kThpDenseEighths = 7;  // resident share that counts as dense
   // Dirty free pages a heap keeps when it must grow: a segment's worth, or 1/8 of its
   // pages in use (jemalloc 3's lg_dirty_mult default, 8:1).
   static constexpr size_t kDirtyShare = 8;
@@ -170,7 +177,8 @@ class alignas(64) PageHeap {
   // count of a segment's pages in use, which advises it once it is dense.
   static bool thp_enabled();
   void advise_huge(Segment* seg, bool huge) USLAB_REQUIRES(lock_);
-  void use_pages(Segment* seg, size_t npages) USLAB_REQUIRES(lock_);
+  // npages more of seg in use, from `fresh` on (not touched yet).
+  void use_pages(Segment* seg, const char* fresh, size_t npages) USLAB_REQUIRES(lock_);
   static constexpr unsigned kPrivate = ~0u;
   unsigned index() const;  // in g_page_heap, or kPrivate
 
@@ -199,6 +207,8 @@ class alignas(64) PageHeap {
   size_t large_pages_ USLAB_GUARDED_BY(lock_) = 0;
   size_t purged_bytes_ USLAB_GUARDED_BY(lock_) = 0;
   uint64_t next_purge_ms_ USLAB_GUARDED_BY(lock_) = 0;
+  bool thp_eager_ USLAB_GUARDED_BY(lock_) = false;  // the last segment measured was dense
+  size_t thp_made_eager_ USLAB_GUARDED_BY(lock_) = 0;  // segments made while eager
 };
 
 extern PageHeap g_page_heap[kMaxShards];

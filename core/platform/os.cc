@@ -198,6 +198,15 @@ bool advise_huge(void* p, size_t bytes, bool huge) {
   return syscall6(SYS_madvise, (long)p, (long)bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0;
 }
 
+size_t resident_pages(const void* p, size_t bytes) {
+  unsigned char vec[1024];  // 4 MiB of OS pages
+  size_t n = bytes / kOsPage;
+  if (n > sizeof vec || syscall6(SYS_mincore, (long)p, (long)bytes, (long)vec) != 0) return 0;
+  size_t resident = 0;
+  for (size_t i = 0; i < n; i++) resident += vec[i] & 1;
+  return resident;
+}
+
 void futex_wait(const uint32_t* addr, uint32_t expected) {
   syscall6(SYS_futex, (long)addr, FUTEX_WAIT_PRIVATE, expected, 0);
 }

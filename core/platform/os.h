@@ -88,6 +88,9 @@ uint64_t random_u64();
 enum class ThpMode : uint8_t { kNever, kMadvise, kAlways };
 ThpMode thp_mode();
 bool advise_huge(void* p, size_t bytes, bool huge);
+// How many OS pages of [p, p + bytes) (page-aligned, at most 4 MiB) are resident
+// (mincore); 0 when the kernel refuses.
+size_t resident_pages(const void* p, size_t bytes);
 
 // Asks the kernel to place the pages of [p, p + bytes) on NUMA node `node`
 // (mbind, MPOL_PREFERRED: another node when that one is full, never an OOM); false

@@ -22,6 +22,18 @@ bool all_zero(const char* p, size_t n) {
   return true;
 }
 
+// Fills a new segment of ph with two spans, the first written when `touched`; its spans.
+std::vector<Span*> fill_segment(PageHeap& ph, bool touched) {
+  bool z;
+  const size_t half = PageHeap::kMaxPages / 2;
+  Span* a = ph.alloc(half, 1, SpanKind::kLarge, &z);
+  REQUIRE(a != nullptr);
+  REQUIRE(a->first_page == 1);  // a new segment
+  if (touched) memset(a->start, 1, a->bytes());
+  Span* b = ph.alloc(PageHeap::kMaxPages - half, 1, SpanKind::kLarge, &z);
+  REQUIRE(b->segment == a->segment);
+  return {a, b};
+}
 }  // namespace
 
 TEST_CASE("adjacent spans coalesce back into one free segment") {
@@ -89,13 +101,17 @@ TEST_CASE("the untouched rest of a segment advised huge pages when made decays")
   PageHeap ph{Mutex::kUnranked};
   bool z;
   std::vector<Span*> whole;
+  // A big heap whose segments were touched densely: the next one is advised when made.
   for (size_t i = 0; i < PageHeap::kThpMinSegments; i++)
-    whole.push_back(ph.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z));
+    for (Span* w : fill_segment(ph, true)) whole.push_back(w);
   Span* s = ph.alloc(1, 1, SpanKind::kLarge, &z);
   REQUIRE(s != nullptr);
-  if (!s->segment->huge) {
+  config_init();
+  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) {
+    REQUIRE_FALSE(s->segment->huge);
     WARN("transparent huge pages off here: no segment is advised when made");
   } else {
+    REQUIRE(s->segment->huge);
     REQUIRE(z);  // zero all the same
     REQUIRE(ph.stats().dirty_bytes == (PageHeap::kMaxPages - 1) * kPageSize);
     Span* t = ph.alloc(8, 1, SpanKind::kLarge, &z);
@@ -279,22 +295,23 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   bool z;
   if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) {
     // Off (thp=false, or the system's setting "never"): no advice at all, even dense.
-    Span* all = ph.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z);
-    REQUIRE_FALSE(all->segment->huge);
-    REQUIRE_FALSE(has_flag(vm_flags(all->segment), "hg"));
+    std::vector<Span*> all = fill_segment(ph, true);
+    REQUIRE_FALSE(all[0]->segment->huge);
+    REQUIRE_FALSE(has_flag(vm_flags(all[0]->segment), "hg"));
     REQUIRE(ph.stats().huge_segments == 0);
-    ph.free(all);
+    for (Span* s : all) ph.free(s);
     ph.purge(true);
     return;
   }
   const size_t half = PageHeap::kMaxPages / 2;
   Span* a = ph.alloc(half, 1, SpanKind::kLarge, &z);
   Segment* seg = a->segment;
+  memset(a->start, 1, a->bytes());
   REQUIRE_FALSE(seg->huge);  // half used: not dense
   REQUIRE_FALSE(has_flag(vm_flags(seg), "hg"));
   Span* b = ph.alloc(PageHeap::kMaxPages - half, 1, SpanKind::kLarge, &z);
   REQUIRE(b->segment == seg);
-  REQUIRE(seg->huge);  // every page in use
+  REQUIRE(seg->huge);  // every page in use, and what was in use before written
   REQUIRE(has_flag(vm_flags(seg), "hg"));
   REQUIRE(ph.stats().huge_segments == 1);
   memset(b->start, 1, b->bytes());
@@ -307,29 +324,46 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   b = ph.alloc(PageHeap::kMaxPages - half, 1, SpanKind::kLarge, &z);
   REQUIRE(seg->huge);  // dense again
   REQUIRE(has_flag(vm_flags(seg), "hg"));
+  std::vector<Span*> spans = {a, b};
 
-  // A heap of kThpMinSegments segments advises the next one when it maps it.
-  std::vector<Span*> full = {a, b};
+  // Full, but what was in use was never written: not advised.
+  std::vector<Span*> sparse = fill_segment(ph, false);
+  REQUIRE_FALSE(sparse[0]->segment->huge);
+  REQUIRE_FALSE(has_flag(vm_flags(sparse[0]->segment), "hg"));
+  spans.insert(spans.end(), sparse.begin(), sparse.end());
+  // A big heap whose last measured segment was sparse makes its next one unadvised.
   while (ph.stats().segments < PageHeap::kThpMinSegments)
-    full.push_back(ph.alloc(PageHeap::kMaxPages, 1, SpanKind::kLarge, &z));
+    for (Span* s : fill_segment(ph, false)) spans.push_back(s);
   Span* one = ph.alloc(1, 1, SpanKind::kLarge, &z);
-  REQUIRE(ph.stats().segments == PageHeap::kThpMinSegments + 1);
-  REQUIRE(one->segment->huge);
-  REQUIRE(has_flag(vm_flags(one->segment), "hg"));
-  REQUIRE(ph.stats().huge_segments == PageHeap::kThpMinSegments + 1);
+  REQUIRE(one->first_page == 1);
+  REQUIRE_FALSE(one->segment->huge);
+  spans.push_back(one);
+  spans.push_back(ph.alloc(PageHeap::kMaxPages - 1, 1, SpanKind::kLarge, &z));  // fills it
+  // Dense again: the next segments are advised when made, but one in kThpProbeEvery.
+  for (Span* s : fill_segment(ph, true)) spans.push_back(s);
+  size_t advised = 0;
+  for (size_t i = 0; i < 2 * PageHeap::kThpProbeEvery; i++) {
+    Span* s = ph.alloc(1, 1, SpanKind::kLarge, &z);
+    REQUIRE(s->first_page == 1);
+    advised += s->segment->huge;
+    REQUIRE(s->segment->huge == has_flag(vm_flags(s->segment), "hg"));
+    spans.push_back(s);
+    // Each filled after its first page was written: the probes keep the heap eager.
+    memset(s->start, 1, s->bytes());
+    Span* rest = ph.alloc(PageHeap::kMaxPages - 1, 1, SpanKind::kLarge, &z);
+    REQUIRE(rest->segment == s->segment);
+    spans.push_back(rest);
+  }
+  CHECK(advised == 2 * (PageHeap::kThpProbeEvery - 1));
   // ... but not one made for a span that leaves a long tail: three 1 MiB blocks leave
   // 127 pages that a huge page would make resident.
-  full.push_back(ph.alloc(PageHeap::kMaxPages - 1, 1, SpanKind::kLarge, &z));  // fills one's
   std::vector<Span*> mib;
   for (int i = 0; i < 3; i++) mib.push_back(ph.alloc(128, 1, SpanKind::kLarge, &z));
-  REQUIRE(ph.stats().segments == PageHeap::kThpMinSegments + 2);
   REQUIRE(mib[0]->segment == mib[2]->segment);
   REQUIRE_FALSE(mib[0]->segment->huge);
   REQUIRE_FALSE(has_flag(vm_flags(mib[0]->segment), "hg"));
-  REQUIRE(ph.stats().huge_segments == PageHeap::kThpMinSegments + 1);
   for (Span* s : mib) ph.free(s);
-  ph.free(one);
-  for (Span* s : full) ph.free(s);
+  for (Span* s : spans) ph.free(s);
   ph.purge(true);
   REQUIRE(ph.stats().segments == 0);
   REQUIRE(ph.stats().huge_segments == 0);
