@@ -219,12 +219,18 @@ def bench_bigblocks(args, allocs, out):
     out["bigblocks"] = results
 
 
-def bench_thp(args, allocs, out):
-    exe = os.path.join(args.build, "bench", "tlb")
+def thp_peers(allocs):
+    """Every allocator and uslab with thp=false; the system's THP setting in use."""
     peers = dict(allocs)
     peers["uslab thp=false"] = allocs["uslab"]
     with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-        mode = f.read().strip()
+        mode = f.read().split("[")[-1].split("]")[0]  # the bracketed one
+    return peers, mode
+
+
+def bench_thp(args, allocs, out):
+    exe = os.path.join(args.build, "bench", "tlb")
+    peers, mode = thp_peers(allocs)
     results = {}
 
     def one(a, lib):
@@ -249,10 +255,7 @@ def bench_thp(args, allocs, out):
 
 def bench_drift(args, allocs, out):
     exe = os.path.join(args.build, "bench", "drift")
-    peers = dict(allocs)
-    peers["uslab thp=false"] = allocs["uslab"]
-    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-        mode = f.read().split("[")[-1].split("]")[0]  # the bracketed setting in use
+    peers, mode = thp_peers(allocs)
     results = {}  # (allocator, touch) -> [rows of one run]
 
     def one(a, lib):
