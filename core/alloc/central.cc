@@ -58,6 +58,7 @@ void CentralList::add_free(ptrdiff_t d) {
 // Carve a slab for cls: pages from the page heap, descriptor and page map filled in
 // before any other thread can see it. Runs without the class lock.
 Span* CentralList::new_slab(unsigned cls) {
+  note_shard_used(shard());
   const SizeClassInfo& info = class_info(cls);
   bool zeroed;
   Span* s = g_page_heap[shard()].alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
@@ -356,7 +357,7 @@ CentralStats central_stats(unsigned cls) {
 }
 
 void central_release_spares(unsigned cls) {
-  for (unsigned sh = 0; sh < shard_count(); sh++) g_central[sh][cls].release_spare();
+  for_each_shard_used([cls](unsigned sh) { g_central[sh][cls].release_spare(); });
 }
 
 void central_release_all_spares() {

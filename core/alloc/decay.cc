@@ -86,11 +86,11 @@ void decay_notice() {
 
 DecayBacklog decay_backlog() {
   DecayBacklog b{};
-  for (unsigned sh = 0; sh < shard_count(); sh++) {
+  for_each_shard_used([&](unsigned sh) {
     size_t dirty;
     b.work |= g_page_heap[sh].backlog(&dirty);
     b.bytes += dirty;
-  }
+  });
   b.bytes += huge_cache_bytes();
   b.bytes += percpu_cached_bytes();
   for (unsigned cls = 1; cls < kMaxClasses; cls++) {

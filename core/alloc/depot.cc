@@ -163,13 +163,15 @@ DepotStats depot_stats(unsigned cls) {
 }
 
 void depot_flush_classes(unsigned lo, unsigned hi) {
-  for (unsigned sh = 0; sh < shard_count(); sh++)
+  for_each_shard_used([=](unsigned sh) {
     for (unsigned cls = lo; cls < hi; cls++) g_depot[sh][cls].flush(cls);
+  });
 }
 
 void depot_decay_all() {
-  for (unsigned sh = 0; sh < shard_count(); sh++)
+  for_each_shard_used([](unsigned sh) {
     for (unsigned cls = 1; cls < kMaxClasses; cls++) g_depot[sh][cls].decay(cls);
+  });
 }
 
 }  // namespace uslab

@@ -55,7 +55,7 @@ void decide() {
 
 size_t heap_resident_estimate() {
   size_t clean = 0;
-  for (unsigned sh = 0; sh < shard_count(); sh++) clean += g_page_heap[sh].clean_free_bytes();
+  for_each_shard_used([&](unsigned sh) { clean += g_page_heap[sh].clean_free_bytes(); });
   size_t mapped = segment_mapped_bytes();
   size_t meta = g_meta_arena.mapped() + g_paged_pool_bytes.load(std::memory_order_relaxed);
   return (mapped > clean ? mapped - clean : 0) + meta;

@@ -112,7 +112,10 @@ Span* PageHeap::grow_heap(size_t want) {
     return nullptr;
   }
   seg->heap = index();
-  if (index() != kPrivate) bind_to_shard_node(seg, kSegmentSize, index());
+  if (index() != kPrivate) {
+    note_shard_used(index());
+    bind_to_shard_node(seg, kSegmentSize, index());
+  }
   segments_++;
   if (seg->huge) huge_segments_++;
   s->segment = seg;
@@ -521,7 +524,7 @@ void PageHeap::advise_huge(Segment* seg, bool huge) {
 
 size_t page_heap_purge_all(bool all) {
   size_t purged = 0;
-  for (unsigned sh = 0; sh < shard_count(); sh++) purged += g_page_heap[sh].purge(all);
+  for_each_shard_used([&](unsigned sh) { purged += g_page_heap[sh].purge(all); });
   return purged;
 }
 

@@ -178,3 +178,39 @@ TEST_CASE("a shard with nothing free borrows another shard's surplus before carv
   REQUIRE(in_use(0) == used0);
   REQUIRE(in_use(1) == used1);
 }
+
+TEST_CASE("the walks over the shards leave the shards never used untouched") {
+  // A single-threaded program in a 64-CPU guest found 2.5 MiB of uslab's arrays
+  // resident after one decay tick: the tick locked every shard's depots and central
+  // lists, and the locks' writes backed their pages.
+  const unsigned before = shard_count();
+  if (before + 4 > kMaxShards) {
+    WARN("no room for four more shards");
+    return;
+  }
+  static Topology more;  // 4 KiB: not on the stack
+  char description[32];
+  snprintf(description, sizeof description, "pu:%u", (before + 4) * shard_cpus());
+  REQUIRE(hwloc_synthetic(description, &more));
+  RestoreTopology restore;
+  topology_adopt(more);
+  REQUIRE(shard_count() >= before + 4);
+  // Whole OS pages inside one of the shard's arrays: resident ones.
+  auto resident = [](const void* p, size_t bytes) {
+    uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + os::kOsPage - 1) & ~(os::kOsPage - 1);
+    uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(os::kOsPage - 1);
+    return hi > lo ? os::resident_pages(reinterpret_cast<void*>(lo), hi - lo) : size_t{0};
+  };
+  heap::free(heap::alloc(100));
+  decay_tick_now();
+  heap::stats();
+  heap::trim();
+  decay_tick_now();
+  for (unsigned sh = before; sh < before + 4; sh++) {
+    INFO("shard " << sh);
+    CHECK_FALSE(shard_used(sh));
+    CHECK(resident(g_depot[sh], sizeof g_depot[sh]) == 0);
+    CHECK(resident(g_central[sh], sizeof g_central[sh]) == 0);
+    CHECK(resident(&g_page_heap[sh], sizeof g_page_heap[sh]) == 0);
+  }
+}
