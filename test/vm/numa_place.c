@@ -11,6 +11,10 @@
  *   home:   a allocates, b frees (remote-node frees), a allocates again; on a, and
  *           uslab's remote-node counter grew by at least the small objects' number.
  * The node of a page comes from move_pages(2) with no target (the kernel's answer).
+ * A node with CPUs and no memory (QEMU's --memless-node) gets its memory where the
+ * kernel's own fallback puts it, the nearest node with memory (its distance list):
+ *   memless: threads on it allocate, fresh and after a node with memory freed the same
+ *           sizes; every page on that nearest node.
  * usage: numa_place [report | only=NODE]
  *   report     print the counts, exit 0 whatever they are (for the other allocators)
  *   only=NODE  under a memory policy that allows NODE alone (numactl --membind=NODE):
@@ -44,6 +48,9 @@ static int small_objects(void) { return kinds[0].count + kinds[1].count + kinds[
 
 static cpu_set_t node_cpus[kMaxNodes];
 static int node_ids[kMaxNodes], nnodes;
+/* Nodes with CPUs and no memory, and the nearest node with memory of each. */
+static cpu_set_t memless_cpus[kMaxNodes];
+static int memless_ids[kMaxNodes], memless_nearest[kMaxNodes], nmemless;
 static void *objs[kKinds][kMaxObjs];
 static int report_only, only_node = -1;
 static long misplaced_total;
@@ -83,6 +90,17 @@ static void find_nodes(void) {
     if (parse_list(path, &cpus) > 0 && CPU_ISSET(id, &mem)) {
       node_ids[nnodes] = id;
       node_cpus[nnodes++] = cpus;
+    } else if (CPU_COUNT(&cpus) > 0 && nmemless < kMaxNodes) {
+      /* The distance list, in node id order: the nearest node with memory. */
+      snprintf(path, sizeof path, "/sys/devices/system/node/node%d/distance", id);
+      FILE *f = fopen(path, "r");
+      int best = -1, best_d = 1 << 30, d;
+      for (int to = 0; f && fscanf(f, "%d", &d) == 1; to++)
+        if (to != id && CPU_ISSET(to, &mem) && d < best_d) best = to, best_d = d;
+      if (f) fclose(f);
+      memless_ids[nmemless] = id;
+      memless_cpus[nmemless] = cpus;
+      memless_nearest[nmemless++] = best;
     }
   }
 }
@@ -117,14 +135,15 @@ static int misplaced(int k, int want, int *total) {
 }
 
 struct job {
-  int node;       /* index into node_ids */
+  int node;       /* index into node_ids, or -1 - index into memless_ids */
   int op;         /* 0 allocate and write, 1 free */
   int ok;
 };
 
 static void *run_job(void *arg) {
   struct job *j = arg;
-  j->ok = sched_setaffinity(0, sizeof node_cpus[j->node], &node_cpus[j->node]) == 0;
+  cpu_set_t *cpus = j->node >= 0 ? &node_cpus[j->node] : &memless_cpus[-1 - j->node];
+  j->ok = sched_setaffinity(0, sizeof *cpus, cpus) == 0;
   if (!j->ok) return NULL;
   for (int k = 0; k < kKinds; k++)
     for (int i = 0; i < kinds[k].count; i++) {
@@ -152,11 +171,13 @@ static void on_node(int n, int op) {
   CHECK(j.ok);
 }
 
+/* The pages must be on node index n's node (only_node under --membind; a memoryless
+ * node's nearest for -1 - its index). */
 static void expect_on(const char *phase, int n) {
-  int want = only_node >= 0 ? only_node : node_ids[n];
+  int want = only_node >= 0 ? only_node : n >= 0 ? node_ids[n] : memless_nearest[-1 - n];
   for (int k = 0; k < kKinds; k++) {
     int total, bad = misplaced(k, want, &total);
-    printf("numa_place: %-5s %-13s node %d: %d of %d pages elsewhere\n", phase, kinds[k].name,
+    printf("numa_place: %-13s %-13s node %d: %d of %d pages elsewhere\n", phase, kinds[k].name,
            want, bad, total);
     misplaced_total += bad;
     if (!report_only) CHECK(bad == 0);
@@ -199,6 +220,20 @@ int main(int argc, char **argv) {
            node_ids[b], node_ids[a], sent, small_objects());
     if (uslab && !report_only) CHECK(sent >= (unsigned long long)small_objects());
     on_node(a, 1);
+  }
+  for (int m = 0; m < nmemless && only_node < 0; m++) {
+    printf("numa_place: node %d has CPUs and no memory; the nearest with memory: %d\n",
+           memless_ids[m], memless_nearest[m]);
+    if (memless_nearest[m] < 0) continue;
+    int other = node_ids[0] == memless_nearest[m] ? 1 : 0;  /* a node with memory, not it */
+    on_node(-1 - m, 0);
+    expect_on("memless fresh", -1 - m);
+    on_node(-1 - m, 1);
+    on_node(other, 0);  /* the same sizes allocated and freed on another node first */
+    on_node(other, 1);
+    on_node(-1 - m, 0);
+    expect_on("memless reuse", -1 - m);
+    on_node(-1 - m, 1);
   }
   printf("numa_place: %d nodes, %ld pages elsewhere in all\n", nnodes, misplaced_total);
   return check_done("numa_place");
