@@ -96,8 +96,8 @@ class alignas(64) PageHeap {
   static constexpr size_t kStealReserve = 64;                // 512 KiB
   static constexpr size_t kThpMinSegments = 4;               // 16 MiB
   static constexpr size_t kThpEagerMaxPages = 64;            // 512 KiB
-  static constexpr size_t kThpProbeEvery = 8;    // eager segments: one in 8 measures
-  static constexpr size_t kThpDenseEighths = 7;  // resident share that counts as dense
+  static constexpr size_t kThpProbeEvery = 8;                // eager segments: one in 8 measures
+  static constexpr size_t kThpDenseEighths = 7;              // resident share that counts as dense
   // Dirty free pages a heap keeps when it must grow: a segment's worth, or 1/8 of its
   // pages in use (jemalloc 3's lg_dirty_mult default, 8:1).
   static constexpr size_t kDirtyShare = 8;
@@ -207,7 +207,7 @@ class alignas(64) PageHeap {
   size_t large_pages_ USLAB_GUARDED_BY(lock_) = 0;
   size_t purged_bytes_ USLAB_GUARDED_BY(lock_) = 0;
   uint64_t next_purge_ms_ USLAB_GUARDED_BY(lock_) = 0;
-  bool thp_eager_ USLAB_GUARDED_BY(lock_) = false;  // the last segment measured was dense
+  bool thp_eager_ USLAB_GUARDED_BY(lock_) = false;     // the last segment measured was dense
   size_t thp_made_eager_ USLAB_GUARDED_BY(lock_) = 0;  // segments made while eager
 };
 
