@@ -15,6 +15,15 @@ def plot(out, directory):
     os.makedirs(directory, exist_ok=True)
     files = []
 
+    def rss_over_time(ax, results, workload):
+        """Each allocator's median run (by final RSS) of `workload`: RSS over time."""
+        for key, rows in results.items():
+            name, w = key.rsplit("/", 1)
+            if w == workload:
+                run = sorted(rows, key=lambda r: r["end_kib"])[len(rows) // 2]
+                ax.plot([t / 1000 for t, _ in run["samples"]],
+                        [kib / 1024 for _, kib in run["samples"]], label=name)
+
     def save(fig, name):
         path = os.path.join(directory, name)
         fig.tight_layout()
@@ -25,13 +34,7 @@ def plot(out, directory):
     if "rss" in out:
         fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
         for ax, workload in zip(axes, ("peak", "frag")):
-            for key, rows in out["rss"].items():
-                name, w = key.rsplit("/", 1)
-                if w != workload:
-                    continue
-                run = sorted(rows, key=lambda r: r["end_kib"])[len(rows) // 2]  # the median run
-                ax.plot([t / 1000 for t, _ in run["samples"]],
-                        [kib / 1024 for _, kib in run["samples"]], label=name)
+            rss_over_time(ax, out["rss"], workload)
             ax.set_xlabel("seconds")
             ax.set_ylabel("RSS (MiB)")
             ax.set_title({"peak": "256 MB peak, freed, then light activity",
@@ -66,13 +69,7 @@ def plot(out, directory):
     if "idle" in out:
         fig, axes = plt.subplots(2, 2, figsize=(14, 9))
         for ax, workload in zip(axes.flat, IDLE_CASES):
-            for key, rows in out["idle"].items():
-                name, w = key.rsplit("/", 1)
-                if w != workload:
-                    continue
-                run = sorted(rows, key=lambda r: r["end_kib"])[len(rows) // 2]  # the median run
-                ax.plot([t / 1000 for t, _ in run["samples"]],
-                        [kib / 1024 for _, kib in run["samples"]], label=name)
+            rss_over_time(ax, out["idle"], workload)
             ax.set_xlabel("seconds after the frees")
             ax.set_ylabel("RSS (MiB)")
             ax.set_yscale("log")

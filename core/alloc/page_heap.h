@@ -36,9 +36,8 @@
 // Transparent huge pages (the `thp` option, where the system's setting is not
 // "never") only where the program touches what it allocates: a huge page makes its
 // whole 2 MiB resident, and a program that writes the first bytes of big objects (a
-// buffer sized for the worst case) would hold memory it never touched (sizes drifting
-// to 2-8 KiB, 64 bytes written each: 354 MiB resident with eager advice, 277 without).
-// So a segment is advised MADV_HUGEPAGE when it is dense: all its pages in use, and at
+// buffer sized for the worst case) would hold memory it never touched (`uslab bench
+// drift`). So a segment is advised MADV_HUGEPAGE when it is dense: all its pages in use, and at
 // least kThpDenseEighths/8 of those in use before the span that filled it resident
 // (mincore; khugepaged then collapses it in the background). That measure also sets
 // the heap's eagerness: while the last segment measured was touched densely, a heap

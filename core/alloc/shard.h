@@ -105,8 +105,8 @@ void topology_adopt(const Topology& t);
 // central list carves a slab (all the state a shard can have comes from one of the
 // two). Every walk over the shards (decay ticks, trims, statistics) takes these only:
 // a shard never used holds nothing, and a walk's locks would write its depots', central
-// lists' and page heap's pages and make them resident for nothing (a single-threaded
-// program in a 64-CPU guest: 2.5 MiB of .lbss after one decay tick over 64 shards).
+// lists' and page heap's pages and make them resident for nothing (megabytes on a
+// machine of many shards, for a program that used one).
 extern uint8_t g_shard_used[kMaxShards] USLAB_HIDDEN;
 inline void note_shard_used(unsigned sh) {
   if (!__atomic_load_n(&g_shard_used[sh], __ATOMIC_RELAXED))

@@ -7,8 +7,8 @@
 // For its lifetime, no decay tick comes due on its own (decay_ms of an hour), so a
 // test's caches and depots hold what it put there until it ticks (decay_tick_now).
 // Two ticks first: no earlier test's activity counts in the next one. At the end,
-// the next tick is due an ordinary interval later. Without it, a tick due after a
-// long test run fell on a slow path in the middle of a test and emptied its bins.
+// the next tick is due an ordinary interval later. A tick that comes due on a slow
+// path in the middle of a test would empty the caches it is checking.
 struct OwnTicks {
   uint64_t saved = uslab::g_config.decay_ms;
   OwnTicks() {
