@@ -15,6 +15,10 @@ Benchmarks (default: all):
                 frees, single calls vs uslab_alloc_bulk / uslab_cache_alloc_bulk
   concurrent    the seed concurrent test: every CPU does N x alloc then N x free
                 at once, average cycles per phase by size (warm pass; cold as ratios)
+  requests      a server that goes quiet between requests: a working set held, then
+                after each pause (1 ms, 30 ms, 1 s) a request of 2000 allocations of
+                16 B - 2 KiB, written and freed: median request time, and uslab with
+                decay_ms=100000 (its caches never decaying meanwhile)
   firstuse      start-up of a multi-threaded program: one thread per CPU makes the
                 process's first use of 40 size classes at once (200 objects of
                 each), then frees another thread's: cycles per allocation and per
@@ -126,6 +130,7 @@ BENCHMARKS = {
     "mem": threaded.bench_mem,
     "bulk": speed.bench_bulk,
     "concurrent": speed.bench_concurrent,
+    "requests": speed.bench_requests,
     "firstuse": speed.bench_firstuse,
     "instructions": speed.bench_instructions,
     "deferred": threaded.bench_deferred,

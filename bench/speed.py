@@ -1,6 +1,6 @@
 """bench/speed.py — the single-thread and per-CPU speed families of uslab bench:
 micro (cycles per operation by size), bulk (the bulk API), concurrent (every CPU
-allocates then frees at once), firstuse (every CPU's first use of 40 classes),
+allocates then frees at once), requests (a request's time after a pause), firstuse (every CPU's first use of 40 classes),
 startup (a preloaded /bin/true and python3), instructions (callgrind) and prof (the
 heap profiler's cost). Each bench_NAME(args, allocs, out) prints its Markdown table
 and stores its raw results in out[NAME]."""
@@ -104,6 +104,37 @@ def bench_concurrent(args, allocs, out):
     # Warm rows keep the keys of earlier runs (allocator/phase/size); cold ones add /cold.
     out["concurrent"] = {f"{a}/{ph}/{s}" + ("/cold" if p == "cold" else ""): v
                          for (a, p, ph, s), v in results.items()}
+
+
+def bench_requests(args, allocs, out):
+    """Median request time after pauses of 1 ms, 30 ms and 1 s (bench/requests.c), every
+    allocator with its defaults and uslab with decay_ms=100000 (its caches never
+    decaying during the pause: what the decay tick costs), median over rounds."""
+    exe = os.path.join(args.build, "bench", "requests")
+    runs = dict(allocs)
+    runs["uslab decay_ms=100000"] = allocs["uslab"]
+    results = {}  # [(alloc, pause)] = [median µs per round]
+
+    def one(a, lib):
+        env = {"USLAB_CONF": "decay_ms=100000"} if a.startswith("uslab decay") else None
+        for row in run_json([exe], lib, env):
+            results.setdefault((a, row["pause_ms"]), []).append(row["median_us"])
+
+    alternate(runs, args.rounds, one)
+    peers = [a for a in allocs if a != "uslab"]
+    pauses = sorted({p for _, p in results})
+    print(f"Command: tools/uslab bench requests --rounds {args.rounds} (a working set of 20000 "
+          "objects held; after each pause a request of 2000 allocations of 16 B - 2 KiB, every "
+          "byte written, then freed; median request time in µs, median over rounds)\n")
+    print("| pause | " + " | ".join(runs) + " | uslab / fastest peer |")
+    print("|" + "---|" * (len(runs) + 2))
+    for pause in pauses:
+        med = {a: statistics.median(results[(a, pause)]) for a in runs}
+        best = min(peers, key=lambda a: med[a])
+        cells = " | ".join(f"{med[a]:.0f}" for a in runs)
+        print(f"| {pause} ms | {cells} | {med['uslab'] / med[best]:.2f} ({best}) |")
+    print()
+    out["requests"] = {f"{a}/{p}": v for (a, p), v in results.items()}
 
 
 def bench_firstuse(args, allocs, out):
