@@ -85,12 +85,13 @@ void on_miss(uint32_t c, unsigned cls, bool alloc) {
   CpuMeta& m = meta_[c];
   uint32_t max = sheaf_max_capacity(cls);
   if (!alloc && max > 2 * batch_size(cls)) max = 2 * batch_size(cls);
-  if (__atomic_load_n(&m.ready, __ATOMIC_ACQUIRE) && m.missed.has(cls) && m.active.has(cls) &&
+  if (__atomic_load_n(&m.ready, __ATOMIC_ACQUIRE) && m.missed.has(cls) && m.missed_tick.has(cls) &&
       capacity_of(c, cls) >= max)
     return tick_every_few_misses(m);
   m.lock.lock();
   if (!m.ready) __atomic_store_n(&m.ready, true, __ATOMIC_RELEASE);
   m.missed.set(cls, true);
+  m.missed_tick.set(cls, true);
   m.active.set(cls, true);
   uint32_t cap = capacity_of(c, cls);
   if (cap < max) {

@@ -33,16 +33,23 @@ namespace uslab {
 
 // The decay schedule that keeps decay_ms a bound, not a minimum: the tick (on slow
 // paths and the background thread, decay.h) runs every decay_ms/16; caches give back
-// on it what went unused over a tick, which takes at most two ticks after the program's
-// free (a depot sheaf must stay unused over a whole interval), and free pages are
-// purged on the first tick after they are decay_purge_age_ms old. Freed memory is
-// thus returned within 2 + 12 + 1 ticks, with one left for ticks that run late (on
-// the first slow path after they are due); pages freed straight to a page heap go
-// after 12–13. (A tick every decay_ms/4 and the purge at decay_ms brought a peak back
-// 1.25–1.7 x decay_ms after its frees; this, 0.78–0.98 x.)
+// on it what went unused over kCacheIdleTicks ticks in a row, which takes at most
+// kCacheIdleTicks + 1 ticks after the program's free (a sheaf or depot sheaf must stay
+// unused over whole intervals), and free pages are purged on the first tick after they
+// are decay_purge_age_ms old. Freed memory is thus returned within 4 + 10 + 1 ticks,
+// with one left for ticks that run late (on the first slow path after they are due);
+// pages freed straight to a page heap go after 10–11. (A tick every decay_ms/4 and
+// the purge at decay_ms brought a peak back 1.25–1.7 x decay_ms after its frees; this,
+// 0.78–0.98 x.) Caches wait three ticks, not one, for a server that goes quiet between
+// requests: with one, a pause of a tick (625 ms at the default) emptied every sheaf and
+// depot and each request after it started cold (bench requests: 1 s pauses cost 1.3 x
+// the 30 ms ones).
+constexpr unsigned kCacheIdleTicks = 3;
+// The ticks a cache waits: with decay_ms=0 (jemalloc's "return at once"), one.
+inline unsigned cache_idle_ticks() { return g_config.decay_ms ? kCacheIdleTicks : 1; }
 inline uint64_t decay_tick_ms() { return g_config.decay_ms / 16 ? g_config.decay_ms / 16 : 1; }
 inline uint64_t decay_purge_age_ms() {
-  uint64_t caches = 4 * decay_tick_ms();
+  uint64_t caches = (kCacheIdleTicks + 3) * decay_tick_ms();
   return g_config.decay_ms > caches ? g_config.decay_ms - caches : 0;
 }
 

@@ -87,7 +87,14 @@ void Depot::flush(unsigned cls) { release(cls, ~uint32_t{0}); }
 
 void Depot::decay(unsigned cls) {
   lock_.lock();
-  uint32_t idle = low_water_;  // never above nfull_
+  // Sheaves that stayed through every one of the intervals (never above nfull_).
+  uint32_t idle = low_water_;
+  for (unsigned i = 0; i + 1 < cache_idle_ticks(); i++)
+    idle = earlier_low_[i] < idle ? earlier_low_[i] : idle;
+  // The marks move down a place; each loses the sheaves released now.
+  for (size_t i = kCacheIdleTicks - 2; i > 0; i--)
+    earlier_low_[i] = earlier_low_[i - 1] > idle ? earlier_low_[i - 1] - idle : 0;
+  earlier_low_[0] = low_water_ - idle;
   low_water_ = nfull_ - idle;  // what stays once the idle sheaves are released
   lock_.unlock();
   if (idle) release(cls, idle);

@@ -10,8 +10,9 @@
 // and then for a whole batch; a drain that finds the depot at its bound frees the batch to the
 // slabs (grouped by slab, one class lock per batch and owning shard). The bound is 256 KiB of
 // objects per class over all shards (at least 64 KiB per shard). Idle sheaves decay: every tick (a
-// sixteenth of decay_ms, decay.h), the sheaves that stayed in the depot through the whole last
-// interval (its low-water mark) go back to the slabs, as tcmalloc's transfer cache is plundered.
+// sixteenth of decay_ms, decay.h), the sheaves that stayed in the depot through the last
+// kCacheIdleTicks intervals (the least of their low-water marks) go back to the slabs, as
+// tcmalloc's transfer cache is plundered.
 //
 // Locking: each Depot's lock guards both lists and the counters of its class. Order:
 // per-CPU lock → depot lock → central class lock → page heap. Sheaf records come
@@ -23,6 +24,7 @@
 #include <cstdint>
 
 #include "core/alloc/central.h"
+#include "core/alloc/decay.h"
 
 namespace uslab {
 
@@ -57,7 +59,7 @@ class alignas(64) Depot {
   void give(unsigned cls, void* const* objs, size_t n, bool remote);
   // Every object held here back to the slabs (trim).
   void flush(unsigned cls);
-  // The decay tick: sheaves unused since the last tick back to the slabs.
+  // The decay tick: sheaves unused over the last kCacheIdleTicks ticks back to the slabs.
   void decay(unsigned cls);
 
   DepotStats stats();
@@ -73,6 +75,8 @@ class alignas(64) Depot {
   Sheaf* empty_ USLAB_GUARDED_BY(lock_) = nullptr;
   uint32_t nfull_ USLAB_GUARDED_BY(lock_) = 0;
   uint32_t low_water_ USLAB_GUARDED_BY(lock_) = 0;  // fewest full sheaves since the last tick
+  // The low-water marks of the kCacheIdleTicks - 1 intervals before it, the latest first.
+  uint32_t earlier_low_[kCacheIdleTicks - 1] USLAB_GUARDED_BY(lock_) = {};
   size_t objects_ USLAB_GUARDED_BY(lock_) = 0;
   uint64_t hits_ USLAB_GUARDED_BY(lock_) = 0;
   uint64_t remote_ USLAB_GUARDED_BY(lock_) = 0;

@@ -480,8 +480,8 @@ void drain_classes(unsigned lo, unsigned hi) {
 
 }  // namespace
 
-// The tick's share of the CPU sheaves (percpu.h): idle classes drained, the others
-// emptied by trim_cpu.
+// The tick's share of the CPU sheaves (percpu.h): idle classes drained, those that
+// served from their sheaf without a miss emptied by trim_cpu.
 namespace {
 
 // Gives back CPU c's slot pages that no open sheaf uses (its lock held): a thread that
@@ -518,29 +518,34 @@ void percpu_decay_sheaves() {
     LockGuard g(m.lock);
     if (!m.ready) continue;
     HeaderSet idle, in_use;
-    bool any_idle = false, any_in_use = false;
+    bool any_idle = false, any_in_use = false, any_used = false;
     for (unsigned cls = 1; cls < kMaxClasses; cls++) {
       uint16_t hits = hits_of(c, cls);
-      bool used = hits != m.hits_seen[cls] || m.active.has(cls);
+      bool missed = m.missed_tick.has(cls), used = hits != m.hits_seen[cls] || m.active.has(cls);
       m.hits_seen[cls] = hits;
       uint32_t misses = misses_of(m, cls);
       m.misses_before[cls] = misses - m.misses_at_tick[cls];
       m.misses_at_tick[cls] = misses;
+      any_used |= used;
+      if (used || !capacity_of(c, cls)) m.idle_ticks[cls] = 0;
       if (!capacity_of(c, cls)) continue;
       if (!used) {
+        if (++m.idle_ticks[cls] < cache_idle_ticks()) continue;
+        m.idle_ticks[cls] = 0;
         idle.add(cls);
         any_idle = true;
-      } else if (cached_of(c, cls) > 0) {
+      } else if (!missed && cached_of(c, cls) > 0) {
         in_use.add(cls);
         any_in_use = true;
       }
     }
     m.active.clear_all();
+    m.missed_tick.clear_all();
     if (any_idle) drain_cpu(c, m, idle);
     if (any_in_use) trim_cpu(c, in_use);
     flush_remote_cpu(c);
     bool closed = false;
-    if (!any_in_use) {  // no class in use here: the empty fixed sheaves close too
+    if (!any_used) {  // no class in use here: the empty fixed sheaves close too
       closed |= close_fixed_if_empty(c, kRemoteSheaf);
       closed |= close_fixed_if_empty(c, kDeferSheaf);
     }

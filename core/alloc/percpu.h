@@ -149,10 +149,13 @@ void percpu_drain_all();
 void percpu_drain_class(unsigned cls);
 
 // The decay tick's share of the CPU sheaves (decay.h): on every CPU, the classes
-// that neither missed nor served an allocation since the last tick are drained and
-// their capacity goes back to the budget (idle capacity shrinks; a class in use
-// regrows it by a batch per miss); the others are emptied and keep their capacity
-// (a busy class pays one refill per tick for it). Remote-node buffers are flushed.
+// that neither missed nor served an allocation over the last kCacheIdleTicks ticks
+// are drained and their capacity goes back to the budget (idle capacity shrinks; a
+// class in use regrows it by a batch per miss). A class that served allocations from
+// its sheaf without a miss holds more than it needs: it is emptied and keeps its
+// capacity (objects kept through light use pinned slabs that were otherwise free
+// after a peak). One that missed cycled through its sheaf: what it holds is what it
+// uses next, and stays. Remote-node buffers are flushed.
 void percpu_decay_sheaves();
 // Arms the heap profiler's sampling streams of every CPU in use (sampler.h), as
 // sampling turns on: a CPU armed only at its next carry would sample nothing of its

@@ -62,7 +62,8 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   // one locked miss more).
   bool ready;                                    // used since start or the last drain
   ClassBits missed;                              // missed since the thief last passed
-  ClassBits active;                              // missed since the last decay tick
+  ClassBits active;                              // missed or carried since the last decay tick
+  ClassBits missed_tick;                         // missed since the last decay tick
   uint32_t clock USLAB_GUARDED_BY(lock);         // the class the capacity thief looked at last
   ClassBits held USLAB_GUARDED_BY(lock);         // grown since start (cleared when found without
                                                  // capacity)
@@ -81,6 +82,7 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   uint32_t misses_at_tick[kMaxClasses];
   uint32_t misses_before[kMaxClasses];
   uint8_t steal_wait[kMaxClasses];  // misses before a class denied capacity tries again
+  uint8_t idle_ticks[kMaxClasses];  // decay ticks in a row the class went unused (its lock held)
   uint64_t pages_ready;             // pages of the CPU's region prepare_slots backed (a bit each)
   // The heap profiler's streams (sampler.h): allocations after the current leg up to
   // the next sample, per class, armed in epoch sample_epoch.

@@ -81,7 +81,7 @@ TEST_CASE("a depot keeps at most depot_max_full sheaves; the rest go to the slab
   CHECK(out_of_slabs(cls) == out - (max + 2) * n);
 }
 
-TEST_CASE("the decay tick returns the sheaves that no take reached since the last tick") {
+TEST_CASE("the decay tick returns the sheaves that no take reached over its last ticks") {
   OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(208);
   Depot& d = g_depot[0][cls];
@@ -90,21 +90,35 @@ TEST_CASE("the decay tick returns the sheaves that no take reached since the las
   REQUIRE(depot_max_full(cls) >= 3);
   std::vector<std::vector<void*>> batches;
   for (int i = 0; i < 3; i++) batches.push_back(from_slabs(cls, n));
-  d.decay(cls);  // a tick with an empty depot: its low-water mark is 0
+  // Ticks with an empty depot: every low-water mark in its window is 0.
+  for (unsigned t = 0; t < kCacheIdleTicks; t++) d.decay(cls);
   for (auto& b : batches) d.give(cls, b.data(), n, false);
   // The first tick after the gives: every sheaf arrived within the interval.
   d.decay(cls);
   CHECK(d.stats().objects == 3 * n);
-  // One sheaf taken and given back within the next interval: the depot never held
-  // fewer than two through it, so two sheaves' worth go and one stays.
+  // One sheaf taken and given back within each of the next intervals: the depot never
+  // held fewer than two through them, and two sheaves' worth go once that held for
+  // kCacheIdleTicks intervals; one stays.
   std::vector<void*> used(n);
-  REQUIRE(d.take(cls, used.data(), n) == n);
-  d.give(cls, used.data(), n, false);
+  auto take_and_give_back = [&] {
+    REQUIRE(d.take(cls, used.data(), n) == n);
+    d.give(cls, used.data(), n, false);
+  };
+  for (unsigned t = 1; t < kCacheIdleTicks; t++) {
+    take_and_give_back();
+    d.decay(cls);
+    CHECK(d.stats().objects == 3 * n);
+  }
+  take_and_give_back();
   const size_t out = out_of_slabs(cls);
   d.decay(cls);
   CHECK(d.stats().objects == n);
   CHECK(out_of_slabs(cls) == out - 2 * n);
-  // Nobody took it during the next interval: it goes too.
+  // Nobody takes it during the next intervals: it goes after kCacheIdleTicks of them.
+  for (unsigned t = 1; t < kCacheIdleTicks; t++) {
+    d.decay(cls);
+    CHECK(d.stats().objects == n);
+  }
   d.decay(cls);
   CHECK(d.stats().objects == 0);
   CHECK(out_of_slabs(cls) == out - 3 * n);

@@ -1,5 +1,7 @@
 // core/alloc/percpu.h: what the decay does to the per-CPU sheaves: a tick empties
-// the sheaves of classes in use, and a CPU whose sheaves were all drained gives its
+// the sheaves of classes that served from them without a miss, keeps those of classes
+// that missed, drains those idle for kCacheIdleTicks ticks, and a CPU whose sheaves
+// were all drained gives its
 // slot pages back (those of its empty deferred-free and remote-node sheaves too) and
 // uses them again. (The rseq sections: percpu_rseq_test.cc; the
 // capacity policy: capacity_test.cc.) Per-CPU mode only: in the per-thread mode the
@@ -18,10 +20,35 @@
 
 using namespace uslab;
 
-TEST_CASE("the decay tick empties the CPU sheaves of classes in use") {
-  // Objects a class keeps cached are scattered over slabs a peak left otherwise
-  // free; each tick gives them back (a class in use kept a batch: 2.2 MB of slabs
-  // stayed pinned by 175 KB of cached objects after a peak).
+#include "test/unit/own_ticks.h"
+
+// Pins the calling thread to one CPU of its set for its lifetime (a sheaf is a CPU's).
+struct PinnedToOneCpu {
+  cpu_set_t saved;
+  int cpu = -1;
+  PinnedToOneCpu() {
+    REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
+    for (int c = CPU_SETSIZE - 1; c >= 0 && cpu < 0; c--)
+      if (CPU_ISSET(c, &saved) && static_cast<uint32_t>(c) < g_cpu_count) cpu = c;
+    REQUIRE(cpu >= 0);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  }
+  ~PinnedToOneCpu() { sched_setaffinity(0, sizeof saved, &saved); }
+};
+
+size_t cpu_cached(unsigned cls) {
+  PerCpuClassStats st[kMaxClasses];
+  percpu_class_stats(st);
+  return st[cls].cpu_objects;
+}
+
+TEST_CASE("the decay tick empties the CPU sheaves of classes that served without a miss") {
+  // Objects a class keeps cached through light use are scattered over slabs a peak
+  // left otherwise free; the tick gives them back (a class in use kept a batch: 2.2
+  // MB of slabs stayed pinned by 175 KB of cached objects after a peak).
   heap::free(heap::alloc(1000));  // the mode is chosen on the first slow path
   if (!g_percpu || !rseq_fence_available()) return;  // per-thread caches: their own rules
   const uint64_t saved = g_config.decay_ms;
@@ -30,11 +57,7 @@ TEST_CASE("the decay tick empties the CPU sheaves of classes in use") {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // past the coarse clock
     decay_maybe_tick();
   };
-  auto cached = [](unsigned cls) {
-    PerCpuClassStats st[kMaxClasses];
-    percpu_class_stats(st);
-    return st[cls].cpu_objects;
-  };
+  auto cached = cpu_cached;
   // The next tick may have been set a sixteenth of the old decay_ms ahead: wait until
   // ticks run (one that runs drains a class used once and then left alone).
   const unsigned other = size_to_class(3000);
@@ -57,21 +80,40 @@ TEST_CASE("the decay tick empties the CPU sheaves of classes in use") {
   g_config.decay_ms = saved;
 }
 
+TEST_CASE("a class that missed keeps its sheaf through the tick, until idle for kCacheIdleTicks") {
+  // A server that goes quiet between requests: when the first tick after a request
+  // emptied every sheaf it had cycled through, and a tick with no request drained
+  // them, each request after a pause of a tick or more started cold (bench requests).
+  heap::free(heap::alloc(1500));
+  if (!g_percpu || !rseq_fence_available()) return;
+  PinnedToOneCpu pinned;
+  OwnTicks ticks;
+  percpu_drain_all();  // an empty sheaf: the first allocation misses
+  const unsigned cls = size_to_class(1500);
+  REQUIRE(cpu_cached(cls) == 0);
+  std::vector<void*> objs(64);
+  for (void*& p : objs) p = heap::alloc(1500);
+  for (void* p : objs) heap::free(p);
+  const size_t kept = cpu_cached(cls);
+  REQUIRE(kept > 0);
+  decay_tick_now();  // it missed since the last tick: what it holds is what it uses next
+  CHECK(cpu_cached(cls) == kept);
+  for (unsigned t = 1; t < kCacheIdleTicks; t++) {
+    decay_tick_now();  // unused, but not yet for kCacheIdleTicks ticks
+    CHECK(cpu_cached(cls) == kept);
+  }
+  decay_tick_now();
+  CHECK(cpu_cached(cls) == 0);
+}
+
 TEST_CASE("a CPU whose sheaves were all drained gives their pages back, and reuses them") {
   // A single-threaded program that moved over the 64 CPUs of a guest kept about 2.7
   // MiB of drained regions' slot pages resident for good.
   heap::free(heap::alloc(64));
   if (!g_percpu || !rseq_fence_available()) return;
-  cpu_set_t saved_set;
-  REQUIRE(sched_getaffinity(0, sizeof saved_set, &saved_set) == 0);
-  int cpu = -1;
-  for (int c = CPU_SETSIZE - 1; c >= 0 && cpu < 0; c--)
-    if (CPU_ISSET(c, &saved_set) && static_cast<uint32_t>(c) < g_cpu_count) cpu = c;
-  REQUIRE(cpu >= 0);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  PinnedToOneCpu pinned;
+  const int cpu = pinned.cpu;
+  const cpu_set_t& saved_set = pinned.saved;
   // Resident pages of the CPU's region past its first (mincore).
   auto resident = [&] {
     unsigned char v[64];
@@ -130,6 +172,5 @@ TEST_CASE("a CPU whose sheaves were all drained gives their pages back, and reus
   CHECK(st[size_to_class(200)].cpu_objects > 0);
   CHECK(resident() > 0);
   g_config.decay_ms = saved;
-  REQUIRE(sched_setaffinity(0, sizeof saved_set, &saved_set) == 0);
   INFO("resident slot pages: " << before << " -> " << after);
 }
