@@ -51,33 +51,23 @@ TEST_CASE("the decay tick empties the CPU sheaves of classes that served without
   // MB of slabs stayed pinned by 175 KB of cached objects after a peak).
   heap::free(heap::alloc(1000));  // the mode is chosen on the first slow path
   if (!g_percpu || !rseq_fence_available()) return;  // per-thread caches: their own rules
-  const uint64_t saved = g_config.decay_ms;
-  g_config.decay_ms = 4;  // a tick every millisecond
-  auto tick = [] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // past the coarse clock
-    decay_maybe_tick();
-  };
-  auto cached = cpu_cached;
-  // The next tick may have been set a sixteenth of the old decay_ms ahead: wait until
-  // ticks run (one that runs drains a class used once and then left alone).
-  const unsigned other = size_to_class(3000);
-  heap::free(heap::alloc(3000));
-  for (int i = 0; i < 1000 && cached(other) != 0; i++) tick();
-  REQUIRE(cached(other) == 0);
-
+  // On one CPU: the last round below must be served from the sheaf the misses before
+  // it grew (a thread that moved missed on the other CPU, whose sheaf rightly stays).
+  PinnedToOneCpu pinned;
+  OwnTicks ticks;
   const unsigned cls = size_to_class(1000);
   std::vector<void*> objs(12);
   for (int round = 0; round < 3; round++) {  // the capacity grows by a batch per miss
     for (void*& p : objs) p = heap::alloc(1000);
     for (void* p : objs) heap::free(p);
   }
-  tick();  // the hit counters seen
-  for (void*& p : objs) p = heap::alloc(1000);
+  REQUIRE(cpu_cached(cls) >= objs.size());
+  decay_tick_now();  // it missed since the last tick: kept
+  REQUIRE(cpu_cached(cls) >= objs.size());
+  for (void*& p : objs) p = heap::alloc(1000);  // served from the sheaf: no miss
   for (void* p : objs) heap::free(p);
-  REQUIRE(cached(cls) >= objs.size());
-  tick();  // the class was used since the last one
-  CHECK(cached(cls) == 0);
-  g_config.decay_ms = saved;
+  decay_tick_now();
+  CHECK(cpu_cached(cls) == 0);
 }
 
 TEST_CASE("a class that missed keeps its sheaf through the tick, until idle for kCacheIdleTicks") {
