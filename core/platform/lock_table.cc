@@ -56,6 +56,7 @@ const char* lock_rank_name(LockRank r) {
   static constexpr const char* kNames[] = {"none",
                                            "mallctl",
                                            "topology print",
+                                           "stack capture",
                                            "object-cache registry",
                                            "deferred slots init",
                                            "grace init",

@@ -22,6 +22,9 @@
 //                      state its writes change (a purge under it reaches every cache)
 //   kTopologyPrint     heap_stats.cc topology_print's lock — its two Topology records and
 //                      text buffer (hwloc, which it may load, allocates: outermost)
+//   kStackCapture      prof/stack.cc g_capture_lock — no data: held across an unwind, so
+//                      that fork finds the unwinder's own locks free (before the
+//                      allocator's: a sampled allocation captures with none held)
 //   kObjCacheRegistry  obj_cache.cc registry_lock_ — the cache records and class
 //                      slots (held across a class's drain on destroy)
 //   kDeferredSlotsInit deferred.cc slots_init_lock_ — creating the deferred-free slots
@@ -61,6 +64,7 @@ enum class LockRank : uint8_t {
   kNone = 0,
   kMallctl,
   kTopologyPrint,
+  kStackCapture,
   kObjCacheRegistry,
   kDeferredSlotsInit,
   kGraceInit,

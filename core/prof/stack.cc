@@ -1,4 +1,5 @@
-// core/prof/stack.cc — stack capture (stack.h). Locking: none; see stack.h.
+// core/prof/stack.cc — stack capture (stack.h). Locking: g_capture_lock across an
+// unwind; see stack.h.
 #include "core/prof/stack.h"
 
 #include <dlfcn.h>
@@ -10,6 +11,8 @@
 namespace uslab::prof {
 
 int (*g_unw_backtrace)(void**, int) = nullptr;  // libunwind's, with its per-thread frame cache
+constinit Mutex g_capture_lock;
+USLAB_LOCK_ONE(kStackCapture, g_capture_lock);
 
 namespace {
 
@@ -96,6 +99,7 @@ void stack_capture_fallback(Stack* out) {
   out->depth = 0;
   if (g_backtrace) {
     Walk w{out, 0};
+    LockGuard g(g_capture_lock);
     g_backtrace(on_frame, &w);
   } else {
     walk_frame_pointers(out);

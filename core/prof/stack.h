@@ -13,15 +13,22 @@
 // shim's entry points tail-call their slow paths, so which one the program called
 // is read from the call instruction before the first frame kept (write.cc).
 //
-// Locking: none. The unwinder takes ld.so's loader lock (dl_iterate_phdr), which a
-// thread holds while it maps objects but not while it allocates, and libgcc's lock of
-// frames registered at run time (JITs), never around an allocation. Capture
-// allocates nothing; a re-entry (a signal handler, an unwinder that allocates) is
-// the caller's to refuse (prof.cc's t_in_prof).
+// Locking: g_capture_lock (rank kStackCapture) is held across every unwind. The
+// unwinders have locks of their own (libunwind's caches, libgcc's list of frames
+// registered at run time) that fork does not reset: a child forked while another
+// thread was inside unw_backtrace hung at its first sampled allocation (fork_stress
+// under the profiler). fork takes g_capture_lock with the lock table, so no unwind is
+// in flight when it forks. The unwinder also takes ld.so's loader lock
+// (dl_iterate_phdr), which a thread holds while it maps objects but not while it
+// allocates, and glibc resets in the child. Capture allocates nothing; a re-entry (a
+// signal handler, an unwinder that allocates) is the caller's to refuse (prof.cc's
+// t_in_prof).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "core/platform/platform.h"
 
 namespace uslab::prof {
 
@@ -44,6 +51,8 @@ void stack_keep(Stack* out, void* const* pcs, int n);
 void stack_capture_fallback(Stack* out);
 // libunwind's unw_backtrace, or null (stack_init).
 extern int (*g_unw_backtrace)(void**, int);
+// Held across an unwind (see Locking above).
+extern Mutex g_capture_lock;
 
 // The calling thread's stack, uslab's frames dropped. Inline: every frame of uslab
 // between the sampled allocation and this call costs the unwinder a step (about 90
@@ -51,7 +60,12 @@ extern int (*g_unw_backtrace)(void**, int);
 [[gnu::always_inline]] inline void stack_capture(Stack* out) {
   if (g_unw_backtrace) {
     void* pcs[kMaxFrames + 16];  // room for uslab's own frames
-    stack_keep(out, pcs, g_unw_backtrace(pcs, static_cast<int>(sizeof pcs / sizeof pcs[0])));
+    int n;
+    {
+      LockGuard g(g_capture_lock);
+      n = g_unw_backtrace(pcs, static_cast<int>(sizeof pcs / sizeof pcs[0]));
+    }
+    stack_keep(out, pcs, n);
   } else {
     stack_capture_fallback(out);
   }

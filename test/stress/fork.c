@@ -9,7 +9,12 @@
  *    mallctl and print the statistics and the topology while the main thread forks;
  *    each child creates a cache, allocates from it, purges and exits within a
  *    deadline. Every lock those calls take must be held across fork: the object-cache
- *    registry was not, and 16 of 40 children hung in uslab_cache_create.
+ *    registry was not, and 16 of 40 children hung in uslab_cache_create;
+ *  - with the heap profiler on (USLAB_CONF prof=true): every allocation sampled
+ *    (prof.reset to lg_sample 0), two threads start thread after thread that unwind
+ *    their stacks while the main thread forks; each child's sampled allocations unwind too, within a
+ *    deadline. A child forked while another thread was inside libunwind inherited
+ *    the unwinder's lock held and hung (once in a CI run of this test).
  * usage: fork [FORKS] */
 #include <errno.h>
 #include <pthread.h>
@@ -148,6 +153,55 @@ static int slow_path_forks(int forks) {
   return bad;
 }
 
+/* A few sampled allocations on a new thread: libunwind's cache of frames is per
+ * thread, so a new thread's unwinds take its slow path and its locks. */
+static void *sampled_burst(void *arg) {
+  (void)arg;
+  for (int k = 0; k < 20; k++) free(malloc(64));
+  return NULL;
+}
+
+/* Threads made one after another, each unwinding its stack as it allocates, until stop. */
+static void *sampled_churn(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop)) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, sampled_burst, NULL) == 0) pthread_join(t, NULL);
+  }
+  return NULL;
+}
+
+/* Forks beside threads that unwind all the time; a child's own sampled allocations
+ * must not find the unwinder's locks held. Skipped (0) without the profiler. */
+static int unwinding_forks(int forks) {
+  size_t lg = 0;
+  if (mallctl("prof.reset", NULL, NULL, &lg, sizeof lg) != 0) return -1;
+  atomic_store(&stop, 0);
+  pthread_t ts[2];
+  for (int t = 0; t < 2; t++) pthread_create(&ts[t], NULL, sampled_churn, NULL);
+  int bad = 0;
+  for (int i = 0; i < forks; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(20); /* a lock left taken hangs: SIGALRM ends the child */
+      for (int k = 0; k < 100; k++) free(malloc(64));
+      _exit(0);
+    }
+    CHECK(pid > 0);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      bad++;
+      fprintf(stderr, "unwinding child %d: status %#x\n", i, st);
+    }
+  }
+  atomic_store(&stop, 1);
+  for (int t = 0; t < 2; t++) pthread_join(ts[t], NULL);
+  lg = 19; /* back to a 512 KiB mean */
+  mallctl("prof.reset", NULL, NULL, &lg, sizeof lg);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   require_uslab();
   int forks = argc > 1 ? atoi(argv[1]) : 200;
@@ -193,8 +247,13 @@ int main(int argc, char **argv) {
   atomic_store(&stop, 0);
   int slow_bad = slow_path_forks(forks / 4 > 40 ? forks / 4 : 40);
   CHECK(slow_bad == 0);
+  int unwind_bad = unwinding_forks(forks);
+  CHECK(unwind_bad <= 0);
   printf("fork: %d forks with 4 busy threads (%d bad children), %d forks from signal handlers, "
-         "%d forks beside cache, mallctl and stats threads (%d bad children)\n",
-         forks, bad, atomic_load(&signal_forks), forks / 4 > 40 ? forks / 4 : 40, slow_bad);
+         "%d forks beside cache, mallctl and stats threads (%d bad children), %s\n",
+         forks, bad, atomic_load(&signal_forks), forks / 4 > 40 ? forks / 4 : 40, slow_bad,
+         unwind_bad < 0 ? "no profiler: no forks beside unwinding threads"
+                        : unwind_bad ? "children hung beside unwinding threads"
+                                     : "forks beside unwinding threads, none hung");
   return check_done("fork");
 }
