@@ -94,9 +94,8 @@ cmdline="console=ttyS0 root=/dev/vda rw rootfstype=ext4 init=/sbin/uslab-init pa
 # Big shapes only: the initramfs gives up on the root disk after 180 s by default, which
 # a 64-CPU emulated guest can need for its devices' probes (it dropped to a shell once).
 # rootdelay is also how long it waits for udev's queue to empty, which it never does
-# here: a 4-CPU guest sat in that wait for its whole value (boot 25 s otherwise). A
-# 64-CPU guest at nice 19 beside a CI run still had no disk after 600 s (session 22).
-[ "$cpus" -gt 16 ] && cmdline+=" rootdelay=1800"
+# here: a 4-CPU guest sat in that wait for its whole value (boot 25 s otherwise).
+[ "$cpus" -gt 16 ] && cmdline+=" rootdelay=600"
 cmdline+=" uslab.src=$src uslab.build=$build uslab.checks=$checks uslab.nodes=$nodes"
 cmdline+=" uslab.cpus=$cpus uslab.memless=$memless uslab.possible=$possible"
 virtfs=(-virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on"
