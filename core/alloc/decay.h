@@ -40,10 +40,8 @@ namespace uslab {
 // with one left for ticks that run late (on the first slow path after they are due);
 // pages freed straight to a page heap go after 10–11. (A tick every decay_ms/4 and
 // the purge at decay_ms brought a peak back 1.25–1.7 x decay_ms after its frees; this,
-// 0.78–0.98 x.) Caches wait three ticks, not one, for a server that goes quiet between
-// requests: with one, a pause of a tick (625 ms at the default) emptied every sheaf and
-// depot and each request after it started cold (bench requests: 1 s pauses cost 1.3 x
-// the 30 ms ones).
+// 0.78–0.98 x.) Caches wait several ticks so that a server that goes quiet between
+// requests for about a tick finds them warm (bench requests).
 constexpr unsigned kCacheIdleTicks = 3;
 // The ticks a cache waits: with decay_ms=0 (jemalloc's "return at once"), one.
 inline unsigned cache_idle_ticks() { return g_config.decay_ms ? kCacheIdleTicks : 1; }
