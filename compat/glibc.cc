@@ -68,8 +68,10 @@ USLAB_EXPORT int malloc_info(int options, FILE* fp) {
 
 USLAB_EXPORT int mallopt(int, int) { return 1; }
 
-USLAB_EXPORT void free_sized(void* p, size_t) { heap::free(p); }
+USLAB_EXPORT void free_sized(void* p, size_t size) { heap::free_sized(p, size); }
 
-USLAB_EXPORT void free_aligned_sized(void* p, size_t, size_t) { heap::free(p); }
+USLAB_EXPORT void free_aligned_sized(void* p, size_t, size_t size) {
+  heap::free_sized(p, size);  // an alignment that changed the class takes free()
+}
 
 }  // extern "C"

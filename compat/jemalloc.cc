@@ -86,7 +86,7 @@ USLAB_EXPORT size_t sallocx(const void* p, int) { return heap::usable_size(p); }
 
 USLAB_EXPORT void dallocx(void* p, int) { heap::free(p); }
 
-USLAB_EXPORT void sdallocx(void* p, size_t, int) { heap::free(p); }
+USLAB_EXPORT void sdallocx(void* p, size_t size, int) { heap::free_sized(p, size); }
 
 USLAB_EXPORT size_t nallocx(size_t size, int flags) {
   return heap::usable_size_for(size, align_of(flags));

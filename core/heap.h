@@ -91,13 +91,46 @@ inline void free_object(void* p, unsigned cls) {
   return thread_cache_free(p, cls);
 }
 
+// Whether two classes are equal, tested where the compiler cannot see it: after
+// `c == cls` it may push with whichever register it likes, and the caller needs the
+// push to use c, the class it has sooner.
+inline bool same_class(unsigned c, unsigned cls) {
+#if defined(__x86_64__)
+  __asm__ goto("cmpl %0, %1\n\tjne %l[differ]" : : "r"(c), "r"(cls) : "cc" : differ);
+  return true;
+differ:
+  return false;
+#else
+  return c == cls;
+#endif
+}
+
+// The page map validates p (its entry names a live slab whose object starts at p);
+// the push uses the class recorded in p's segment header, one load from p where the
+// entry is two (page_class_of). They differ only if that header was overwritten:
+// free_slow reports it.
 inline void free(void* p) {
   uintptr_t e = PageMap::entry(p);
   unsigned cls = e & PageMap::kClassMask;
   // Size classes only: objects of caches (and everything else) take free_slow.
-  if (__builtin_expect(cls - 1 < kNumClasses - 1 && slab_of(p, e) != nullptr, 1))
-    return free_object(p, cls);
+  if (__builtin_expect(cls - 1 < kNumClasses - 1 && slab_of(p, e) != nullptr, 1)) {
+    unsigned c = page_class_of(p);
+    if (__builtin_expect(same_class(c, cls), 1)) return free_object(p, c);
+  }
   free_slow(p, e);
+}
+
+// Free of p allocated with size bytes (sized delete, free_sized, sdallocx): the class
+// comes from the size, with no load from p at all; the page map still validates p.
+// Any disagreement (an aligned allocation, a wrong size) takes free().
+inline void free_sized(void* p, size_t size) {
+  if (__builtin_expect(size <= kMaxSmall, 1)) {
+    unsigned c = size_to_class(size);
+    uintptr_t e = PageMap::entry(p);
+    if (__builtin_expect(same_class(c, e & PageMap::kClassMask) && slab_of(p, e) != nullptr, 1))
+      return free_object(p, c);
+  }
+  free(p);
 }
 
 // Bulk allocation of n objects of class cls into out: n, or 0 with nothing allocated

@@ -89,8 +89,8 @@ USLAB_EXPORT void* operator new[](size_t n, std::align_val_t a, const std::nothr
 
 USLAB_EXPORT void operator delete(void* p) noexcept { heap::free(p); }
 USLAB_EXPORT void operator delete[](void* p) noexcept { heap::free(p); }
-USLAB_EXPORT void operator delete(void* p, size_t) noexcept { heap::free(p); }
-USLAB_EXPORT void operator delete[](void* p, size_t) noexcept { heap::free(p); }
+USLAB_EXPORT void operator delete(void* p, size_t n) noexcept { heap::free_sized(p, n); }
+USLAB_EXPORT void operator delete[](void* p, size_t n) noexcept { heap::free_sized(p, n); }
 USLAB_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { heap::free(p); }
 USLAB_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { heap::free(p); }
 USLAB_EXPORT void operator delete(void* p, std::align_val_t) noexcept { heap::free(p); }

@@ -96,8 +96,11 @@ Span* CentralList::new_slab(unsigned cls) {
   else if (g_config.poison)
     memset(s->start, kPoisonByte, bytes);
   track_close(s->start, bytes);
-  for (uint32_t i = 0; i < s->npages; i++)
-    PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);
+  for (uint32_t i = 0; i < s->npages; i++) {
+    s->segment->page_class[s->first_page + i].store(static_cast<uint8_t>(cls),
+                                                    std::memory_order_relaxed);
+    PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);  // publishes the class too
+  }
   return s;
 }
 

@@ -1,7 +1,7 @@
 // test/conformance/new_delete.cc — every replaceable operator new/delete through the
 // preloaded libuslab.so: each resolves to uslab, aligned forms align, failure calls
 // the new-handler then throws std::bad_alloc (nothrow forms return nullptr), and a
-// sized delete given the wrong size does not corrupt the heap.
+// sized delete frees, and given the wrong size does not corrupt the heap.
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -103,11 +103,24 @@ int main() {
   CHECK(throws_bad_alloc([&] { operator delete(operator new(huge)); }));
   CHECK(handler_calls == 1);
 
-  // A sized delete with a wrong size must not corrupt the heap.
+  // A sized delete frees: the object is the next one of its size (LIFO caches).
+  int reused = 0;
+  for (int k = 0; k < 1000; k++) {
+    void* p = operator new(48);
+    operator delete(p, size_t{48});
+    void* q = operator new(48);
+    reused += p == q;
+    operator delete(q, size_t{48});
+  }
+  CHECK(reused > 900);
+
+  // A sized delete with a wrong size (a larger class, a smaller one, a large size)
+  // must not corrupt the heap.
   std::vector<char*> keep;
+  const size_t lies[] = {8000, 16, 1 << 20};
   for (int k = 0; k < 1000; k++) {
     char* p = static_cast<char*>(operator new(64));
-    operator delete(p, size_t{8000});  // lies about the size
+    operator delete(p, lies[k % 3]);
     char* q = static_cast<char*>(operator new(64));
     memset(q, k & 0xff, 64);
     keep.push_back(q);

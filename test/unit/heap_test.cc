@@ -1,7 +1,8 @@
 // core/heap.h, the Heap facade: pointer ownership, every size, alignment, realloc,
-// zeroing, cross-thread frees with content verification, and the advice on uslab's
-// own metadata. (Slabs: central_test.cc; kept huge blocks: huge_cache_test.cc; the
-// decay of the CPU sheaves: percpu_test.cc.)
+// zeroing, where free finds an object's class, cross-thread frees with content
+// verification, and the advice on uslab's own metadata. (Slabs: central_test.cc;
+// kept huge blocks: huge_cache_test.cc; the decay of the CPU sheaves:
+// percpu_test.cc.)
 #include <catch2/catch.hpp>
 #include <sched.h>
 #include <sys/mman.h>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "core/heap.h"
+#include "test/unit/own_ticks.h"
+#include "test/unit/pinned_cpu.h"
 #include "test/unit/vm_flags.h"
 
 using namespace uslab;
@@ -135,6 +138,40 @@ TEST_CASE("zeroed allocation is zero even when memory is reused") {
     }
     for (char* p : ps) heap::free(p);
   }
+}
+
+TEST_CASE("free takes the class from the segment header, a sized free from the size") {
+  heap::free(heap::alloc(16));  // the mode is chosen on the first slow path
+  PinnedToOneCpu pinned;        // a freed object is the next of its class on this CPU
+  OwnTicks ticks;               // and no tick empties the sheaf in between
+  g_config.abort_on_error = false;
+  const uint64_t before = g_bad_free_reports.load();
+  for (unsigned cls = 1; cls < kNumClasses; cls++) {
+    INFO("class " << cls);
+    char* p = static_cast<char*>(heap::alloc_class(cls));
+    REQUIRE(p != nullptr);
+    const Span* s = PageMap::get(p);
+    for (uint32_t i = 0; i < s->npages; i++)
+      REQUIRE(page_class_of(s->start + (size_t{i} << kPageShift)) == cls);
+    // By its size; by a size of another class (free() takes it).
+    heap::free_sized(p, class_size(cls));
+    REQUIRE(heap::alloc_class(cls) == p);
+    heap::free_sized(p, cls + 1 < kNumClasses ? class_size(cls + 1) : kMaxSmall + 1);
+    REQUIRE(heap::alloc_class(cls) == p);
+    // A header that disagrees with the page map: reported, and p is not cached.
+    std::atomic<uint8_t>& recorded = s->segment->page_class[(p - s->segment->base()) >> kPageShift];
+    recorded.store(cls == 1 ? 2 : 1);
+    heap::free(p);
+    REQUIRE(g_bad_free_reports.load() == before + cls);
+    void* other = heap::alloc_class(cls);
+    REQUIRE(other != p);
+    recorded.store(static_cast<uint8_t>(cls));
+    heap::free(other);
+    heap::free(p);
+    REQUIRE(heap::alloc_class(cls) == p);
+    heap::free(p);
+  }
+  g_config.abort_on_error = true;
 }
 
 TEST_CASE("objects freed by other threads stay intact and are reused") {

@@ -21,23 +21,7 @@
 using namespace uslab;
 
 #include "test/unit/own_ticks.h"
-
-// Pins the calling thread to one CPU of its set for its lifetime (a sheaf is a CPU's).
-struct PinnedToOneCpu {
-  cpu_set_t saved;
-  int cpu = -1;
-  PinnedToOneCpu() {
-    REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
-    for (int c = CPU_SETSIZE - 1; c >= 0 && cpu < 0; c--)
-      if (CPU_ISSET(c, &saved) && static_cast<uint32_t>(c) < g_cpu_count) cpu = c;
-    REQUIRE(cpu >= 0);
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
-  }
-  ~PinnedToOneCpu() { sched_setaffinity(0, sizeof saved, &saved); }
-};
+#include "test/unit/pinned_cpu.h"
 
 size_t cpu_cached(unsigned cls) {
   PerCpuClassStats st[kMaxClasses];
