@@ -5,7 +5,9 @@
  *
  * usage: micro [N] [REPS] [SIZE...]     prints one JSON object per (size, test)
  *        micro pairs N SIZE             N untimed alloc/free pairs, for counting
- *                                       instructions under callgrind */
+ *                                       instructions under callgrind
+ *        micro batches N SIZE REPS      REPS untimed rounds of N x alloc then N x
+ *                                       free, for the same */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +46,17 @@ int main(int argc, char **argv) {
       __asm__ volatile("" : : "r"(p) : "memory");
       free(p);
     }
+    return 0;
+  }
+  if (argc == 5 && !strcmp(argv[1], "batches")) {
+    size_t n = strtoul(argv[2], NULL, 10), size = strtoul(argv[3], NULL, 10);
+    int reps = atoi(argv[4]);
+    void **ptrs = calloc(n, sizeof *ptrs);
+    for (int r = 0; r < reps; r++) {
+      for (size_t i = 0; i < n; i++) ptrs[i] = malloc(size);
+      for (size_t i = 0; i < n; i++) free(ptrs[i]);
+    }
+    free(ptrs);
     return 0;
   }
   size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : 10000;
