@@ -99,6 +99,45 @@ TEST_CASE("slabs of more objects than an inline bitmap holds keep theirs outside
   REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), objs.size()) == objs.size());
 }
 
+TEST_CASE("a batch takes a slab's wholly free words by address and the rest by bit") {
+  // Batches of sizes that end inside a word and on a slab's last, partial word (512 B:
+  // 16 objects a slab), and every other object given back and taken again: every
+  // object a distinct start, each slab's in address order.
+  for (size_t size : {16, 48, 512, 4096}) {
+    const unsigned cls = size_to_class(size);
+    INFO("class size " << size);
+    std::vector<void*> objs(2 * kClassInfo[cls].objects + 37);
+    for (int round = 0; round < 3; round++) {
+      for (size_t n : {size_t{1}, size_t{63}, size_t{64}, size_t{65}, objs.size()}) {
+        if (n > objs.size()) continue;
+        REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), n) == n);
+        std::vector<void*> sorted(objs.begin(), objs.begin() + n);
+        std::sort(sorted.begin(), sorted.end());
+        REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+        for (size_t i = 0; i < n; i++) {
+          Span* s = heap::slab_of(objs[i], PageMap::entry(objs[i]));
+          REQUIRE(s != nullptr);
+          REQUIRE(s->size_class == cls);
+          if (i && heap::slab_of(objs[i - 1], PageMap::entry(objs[i - 1])) == s)
+            REQUIRE(objs[i - 1] < objs[i]);
+        }
+        if (round == 1) {  // every other object back: taken again by bit, none twice
+          std::vector<void*> odd;
+          for (size_t i = 1; i < n; i += 2) odd.push_back(objs[i]);
+          REQUIRE(g_central[0][cls].free_batch(cls, odd.data(), odd.size()) == odd.size());
+          REQUIRE(g_central[0][cls].alloc_batch(cls, odd.data(), odd.size()) == odd.size());
+          for (size_t i = 1, k = 0; i < n; i += 2) objs[i] = odd[k++];
+          sorted.assign(objs.begin(), objs.begin() + n);
+          std::sort(sorted.begin(), sorted.end());
+          REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+          for (void* p : odd) REQUIRE(heap::slab_of(p, PageMap::entry(p)) != nullptr);
+        }
+        REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), n) == n);
+      }
+    }
+  }
+}
+
 TEST_CASE("the spare slabs go back to the page heap on every decay tick") {
   const unsigned cls = size_to_class(1500);
   CentralList& list = g_central[0][cls];
