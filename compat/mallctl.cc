@@ -167,7 +167,17 @@ int stats_ctl(const char* name, const Call& c) {
     value = st.mapped;
   else if (!strcmp(name, "stats.retained"))
     value = 0;  // uslab unmaps what it does not keep
-  else
+  else if (!strcmp(name, "stats.thp_segments"))
+    value = st.huge_segments;
+  else if (!strcmp(name, "stats.thp_splits"))
+    value = st.thp_splits;
+  else if (!strcmp(name, "stats.thp_resident")) {
+    // Read now (the kernel walks the mappings), not at the epoch: none where the
+    // kernel has no smaps_rollup (before 4.14).
+    long b = os::thp_resident_bytes();
+    if (b < 0) return ENOENT;
+    value = static_cast<size_t>(b);
+  } else
     return ENOENT;
   return c.read_only(value);
 }

@@ -45,6 +45,9 @@ typedef struct uslab_stats {
                                            theirs, flushed back to their node so far */
   size_t remote_node_pending;           /* such objects still in the CPUs' remote-node buffers */
   unsigned background;                  /* USLAB_BACKGROUND_* below: the background thread */
+  size_t thp_segments;                  /* segments advised transparent huge pages now */
+  unsigned long long thp_splits;        /* times a return of pages took a segment off huge
+                                           pages, splitting those it had (cumulative) */
 } uslab_stats_t;
 
 /* uslab_stats_t.background: */

@@ -50,6 +50,8 @@ USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
   s.remote_node_frees = st.remote_node_frees;
   s.remote_node_pending = st.remote_node_pending;
   s.background = st.background;
+  s.thp_segments = st.huge_segments;
+  s.thp_splits = st.thp_splits;
   memcpy(out, &s, size);
   return 0;
 }

@@ -388,7 +388,10 @@ void PageHeap::maybe_purge(uint64_t now) {
 
 size_t PageHeap::purge_span(Span* s) {
   USLAB_PROBE(page_purge, s->start, s->bytes());
-  if (s->segment->huge) advise_huge(s->segment, false);  // see page_heap.h
+  if (s->segment->huge) {  // see page_heap.h: the kernel splits its huge pages
+    thp_splits_++;
+    advise_huge(s->segment, false);
+  }
   os::purge(s->start, s->bytes());
   size_t bytes = s->bytes();
   remove_free(s);
@@ -496,7 +499,8 @@ PageHeapStats PageHeap::stats() {
                        dirty_pages_ << kPageShift,
                        large_pages_ << kPageShift,
                        purged_bytes_,
-                       huge_segments_};
+                       huge_segments_,
+                       thp_splits_};
 }
 
 bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpMode::kNever; }

@@ -76,10 +76,12 @@ struct PageHeapStats {
   size_t large_bytes;    // in large spans handed out
   size_t purged_bytes;   // returned to the OS so far (cumulative)
   size_t huge_segments;  // advised MADV_HUGEPAGE
+  size_t thp_splits;     // times a return took a segment off huge pages (cumulative)
 
   PageHeapStats& operator+=(const PageHeapStats& o) {
     segments += o.segments;
     huge_segments += o.huge_segments;
+    thp_splits += o.thp_splits;
     free_bytes += o.free_bytes;
     dirty_bytes += o.dirty_bytes;
     large_bytes += o.large_bytes;
@@ -201,6 +203,7 @@ class alignas(64) PageHeap {
   SpanLists dirty_lists_ USLAB_GUARDED_BY(lock_), clean_lists_ USLAB_GUARDED_BY(lock_);
   size_t segments_ USLAB_GUARDED_BY(lock_) = 0;
   size_t huge_segments_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t thp_splits_ USLAB_GUARDED_BY(lock_) = 0;
   size_t free_pages_ USLAB_GUARDED_BY(lock_) = 0;
   size_t dirty_pages_ USLAB_GUARDED_BY(lock_) = 0;
   size_t large_pages_ USLAB_GUARDED_BY(lock_) = 0;

@@ -174,6 +174,22 @@ uint64_t random_u64() {
   return v | 1;
 }
 
+long thp_resident_bytes() {
+  long kib = -1;
+  auto line = [](const char* s, size_t len, void* arg) {
+    static const char kKey[] = "AnonHugePages:";
+    if (len < sizeof kKey - 1 || __builtin_memcmp(s, kKey, sizeof kKey - 1) != 0) return true;
+    size_t i = sizeof kKey - 1;
+    while (i < len && s[i] == ' ') i++;
+    long v = 0;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) v = v * 10 + (s[i] - '0');
+    *static_cast<long*>(arg) = v;
+    return false;  // found: stop reading
+  };
+  if (!for_each_line("/proc/self/smaps_rollup", line, &kib)) return -1;
+  return kib < 0 ? -1 : kib << 10;
+}
+
 ThpMode thp_mode() {
   // 0: not read yet; else the mode + 1. Racing first readers read the same file.
   static constinit std::atomic<uint8_t> mode{0};

@@ -88,6 +88,10 @@ uint64_t random_u64();
 enum class ThpMode : uint8_t { kNever, kMadvise, kAlways };
 ThpMode thp_mode();
 bool advise_huge(void* p, size_t bytes, bool huge);
+// Bytes of this process's anonymous memory in transparent huge pages (AnonHugePages
+// of /proc/self/smaps_rollup), or -1 where the file cannot be read. The kernel walks
+// every mapping to answer: statistics call it when asked, never a hot path.
+long thp_resident_bytes();
 // How many OS pages of [p, p + bytes) (page-aligned, at most 4 MiB) are resident
 // (mincore); 0 when the kernel refuses.
 size_t resident_pages(const void* p, size_t bytes);

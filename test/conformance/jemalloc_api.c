@@ -1,7 +1,8 @@
 /* test/conformance/jemalloc_api.c — jemalloc's non-standard API as uslab provides it
  * (compat/jemalloc.cc), checked against jemalloc's documented semantics: *allocx with
  * alignment and zero flags, in-place xallocx, nallocx agreeing with sallocx, and the
- * mallctl subset (epoch, version, stats.*, thread.tcache.flush, arena.0.purge).
+ * mallctl subset (epoch, version, stats.*, thread.tcache.flush, arena.0.purge), and
+ * uslab's huge-page names beside them.
  *
  * usage: jemalloc_api */
 #include <errno.h>
@@ -11,7 +12,10 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include <sys/mman.h>
+
 #include "bench/proc_self.h"
+#include "include/uslab.h"
 #include "test/common/check.h"
 
 /* jemalloc's flag encoding (jemalloc.h). */
@@ -243,6 +247,39 @@ static void test_purge_names(void) {
 
 /* background_thread: true by default (auto: memory comes back with no call); false
  * stops a running thread, true starts one at once. */
+/* The huge-page names: uslab's own, in jemalloc's stats.* style. stats.thp_resident is
+ * the process's AnonHugePages, read when asked: it must match smaps_rollup read around
+ * it, with a region of the test's own advised huge pages (most kernels back it). */
+static void test_thp_names(void) {
+  size_t segments, splits, resident, len = sizeof(size_t);
+  uint64_t epoch = 1;
+  CHECK(mallctl("epoch", NULL, NULL, &epoch, sizeof epoch) == 0);
+  CHECK(mallctl("stats.thp_segments", &segments, &len, NULL, 0) == 0);
+  CHECK(mallctl("stats.thp_splits", &splits, &len, NULL, 0) == 0);
+  uslab_stats_t st;
+  CHECK(uslab_stats_get(&st, sizeof st) == 0);
+  CHECK(st.thp_segments == segments && st.thp_splits == splits);
+  CHECK(mallctl("stats.thp_resident", NULL, NULL, &resident, sizeof resident) == EPERM);
+  size_t huge = 2u << 20;
+  char *map = mmap(NULL, 3 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(map != MAP_FAILED);
+  if (map == MAP_FAILED) return;
+  char *aligned = (char *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
+  madvise(aligned, huge, MADV_HUGEPAGE);
+  memset(aligned, 1, huge);
+  int agreed = 0;
+  for (int i = 0; i < 3 && !agreed; i++) {
+    long before = anon_huge_kib();
+    CHECK(mallctl("stats.thp_resident", &resident, &len, NULL, 0) == 0);
+    long after = anon_huge_kib();
+    agreed = before >= 0 && ((long)(resident >> 10) == before || (long)(resident >> 10) == after);
+  }
+  CHECK(agreed);
+  printf("jemalloc_api: stats.thp_resident %zu bytes with a 2 MiB region advised (%s)\n",
+         resident, resident >= huge ? "backed by a huge page" : "no huge page given");
+  munmap(map, 3 * huge);
+}
+
 static void test_background_names(void) {
   bool on = false, off = false;
   size_t len = sizeof on;
@@ -266,6 +303,7 @@ int main(void) {
   test_rallocx_xallocx();
   test_mallctl();
   test_purge_names();
+  test_thp_names();
   test_background_names();
   return check_done("jemalloc_api");
 }

@@ -302,6 +302,7 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
     REQUIRE(ph.stats().huge_segments == 0);
     for (Span* s : all) ph.free(s);
     ph.purge(true);
+    REQUIRE(ph.stats().thp_splits == 0);
     return;
   }
   const size_t half = PageHeap::kMaxPages / 2;
@@ -322,6 +323,7 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   REQUIRE_FALSE(seg->huge);
   REQUIRE(has_flag(vm_flags(seg), "nh"));
   REQUIRE(ph.stats().huge_segments == 0);
+  REQUIRE(ph.stats().thp_splits == 1);
   b = ph.alloc(PageHeap::kMaxPages - half, 1, SpanKind::kLarge, &z);
   REQUIRE(seg->huge);  // dense again
   REQUIRE(has_flag(vm_flags(seg), "hg"));
