@@ -507,10 +507,10 @@ bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpM
 
 void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages) {
   seg->used_pages += static_cast<uint32_t>(npages);
-  if (seg->used_pages != kMaxPages || seg->huge || !thp_enabled()) return;
+  if (kMaxPages - seg->used_pages >= kThpFullSlack || seg->huge || !thp_enabled()) return;
   // Full: dense if the program touched what it had of it before (page_heap.h). A
   // segment one span filled tells nothing.
-  const size_t before = (kMaxPages - npages) * (kPageSize / os::kOsPage);
+  const size_t before = (seg->used_pages - npages) * (kPageSize / os::kOsPage);
   if (before == 0) return;
   const size_t all = os::resident_pages(seg->page_addr(1), kMaxPages * kPageSize);
   const size_t fresh_resident = os::resident_pages(fresh, npages * kPageSize);

@@ -37,7 +37,8 @@
 // "never") only where the program touches what it allocates: a huge page makes its
 // whole 2 MiB resident, and a program that writes the first bytes of big objects (a
 // buffer sized for the worst case) would hold memory it never touched (`uslab bench
-// drift`). So a segment is advised MADV_HUGEPAGE when it is dense: all its pages in use, and at
+// drift`). So a segment is advised MADV_HUGEPAGE when it is dense: all its pages in use
+// (all but fewer than kThpFullSlack), and at
 // least kThpDenseEighths/8 of those in use before the span that filled it resident
 // (mincore; khugepaged then collapses it in the background). That measure also sets
 // the heap's eagerness: while the last segment measured was touched densely, a heap
@@ -95,6 +96,10 @@ class alignas(64) PageHeap {
  public:
   static constexpr size_t kMaxPages = kPagesPerSegment - 1;  // usable pages per segment
   static constexpr size_t kStealReserve = 64;                // 512 KiB
+  // A segment counts as full with fewer free pages than this: slabs of 2-7 pages
+  // leave 1-3 of its 511 (slabs of 3 KiB objects: 170 of 3 pages), which a heap of one
+  // size never fills.
+  static constexpr size_t kThpFullSlack = 4;
   static constexpr size_t kThpMinSegments = 4;               // 16 MiB
   static constexpr size_t kThpEagerMaxPages = 64;            // 512 KiB
   static constexpr size_t kThpProbeEvery = 8;                // eager segments: one in 8 measures

@@ -329,6 +329,24 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   REQUIRE(has_flag(vm_flags(seg), "hg"));
   std::vector<Span*> spans = {a, b};
 
+  // Spans of 3 pages fill 510 of a segment's 511: full enough, and advised once dense.
+  {
+    std::vector<Span*> threes;
+    for (size_t i = 0; i < PageHeap::kMaxPages / 3; i++) {
+      Span* t = ph.alloc(3, 1, SpanKind::kLarge, &z);
+      REQUIRE(t->segment == (threes.empty() ? t->segment : threes[0]->segment));
+      REQUIRE(t->segment->huge == (i + 1 == PageHeap::kMaxPages / 3));
+      memset(t->start, 1, t->bytes());
+      threes.push_back(t);
+    }
+    REQUIRE(threes[0]->first_page == 1);
+    REQUIRE(threes[0]->segment->used_pages == 510);
+    REQUIRE(has_flag(vm_flags(threes[0]->segment), "hg"));
+    threes.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));  // the last page, for below
+    REQUIRE(threes.back()->segment == threes[0]->segment);
+    spans.insert(spans.end(), threes.begin(), threes.end());
+  }
+
   // Full, but what was in use was never written: not advised.
   std::vector<Span*> sparse = fill_segment(ph, false);
   REQUIRE_FALSE(sparse[0]->segment->huge);
