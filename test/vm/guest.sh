@@ -72,7 +72,8 @@ check_topology() {
 
 # ---- meson's tests, from the host's list (run.sh writes tests.tsv) ------------------------
 # run_listed SUITE REGEX: every test of SUITE whose name matches, with its environment
-# and ten times its timeout (emulated CPUs are slow); a failure prints its output.
+# and ten times its timeout (emulated CPUs are slow; USLAB_TEST_SLOWDOWN tells the tests
+# with a time bound); a failure prints its output.
 # Left out: checks of the library file rather than of the machine (its exported
 # symbols, by readelf), the valgrind run, whose tools the guest does not have, and
 # the deferred readers' run with a tick every millisecond, whose floor of 10000
@@ -97,7 +98,7 @@ run_listed() {
       done
     fi
     local t0=$SECONDS out rc
-    out=$(env "${envs[@]}" timeout $((to * 10)) "${argv[@]}" 2>&1); rc=$?
+    out=$(env "${envs[@]}" USLAB_TEST_SLOWDOWN=10 timeout $((to * 10)) "${argv[@]}" 2>&1); rc=$?
     if [ $rc -eq 0 ] || [ $rc -eq 77 ]; then
       echo "ok   $((SECONDS - t0)) s  $name$([ $rc -eq 77 ] && echo ' (skipped)')"
     else
