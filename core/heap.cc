@@ -129,10 +129,11 @@ void free_slow(void* p, uintptr_t e) {
   if (cls) {
     // The fast path takes every valid object of a size class unless its segment
     // header disagrees with the page map; cache objects come here.
-    if (cls < kNumClasses && slab_of(p, e))
+    const Span* s = slab_of(p, e);
+    if (cls < kNumClasses && s)
       return report_bad_free(p, "heap corruption (segment header overwritten) at free", cls);
     ObjCache* c = obj_cache_of(cls);
-    if (!c || !slab_of(p, e)) return report_bad_free(p, "free of invalid pointer", cls);
+    if (!c || !s) return report_bad_free(p, "free of invalid pointer", cls);
     if (prof::g_cache_samples) prof::on_cache_free(p);
     obj_cache_on_free(c, p);
     return free_object(p, cls);

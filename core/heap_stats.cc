@@ -183,7 +183,8 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       "OS, %zu metadata\n",
       st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
   char thp_bytes[32] = "unknown";
-  if (long b = os::thp_resident_bytes(); b >= 0) os::format(thp_bytes, sizeof thp_bytes, "%zu", size_t(b));
+  if (long b = os::thp_resident_bytes(); b >= 0)
+    os::format(thp_bytes, sizeof thp_bytes, "%zu", static_cast<size_t>(b));
   out("huge pages (THP %s): %zu segments advised, %zu times a return took one off them; "
       "%s bytes of the process in huge pages (smaps_rollup)\n",
       !g_config.thp                             ? "off: thp=false"

@@ -38,9 +38,9 @@
 // whole 2 MiB resident, and a program that writes the first bytes of big objects (a
 // buffer sized for the worst case) would hold memory it never touched (`uslab bench
 // drift`). So a segment is advised MADV_HUGEPAGE when it is dense: all its pages in use
-// (all but fewer than kThpFullSlack), and at
-// least kThpDenseEighths/8 of those in use before the span that filled it resident
-// (mincore; khugepaged then collapses it in the background). That measure also sets
+// (all but fewer than kThpFullSlack), and at least kThpDenseEighths/8 of those in use
+// before the span that filled it resident (mincore; khugepaged then collapses it in
+// the background). That measure also sets
 // the heap's eagerness: while the last segment measured was touched densely, a heap
 // of kThpMinSegments segments or more advises its new segments when it makes them
 // (their pages then fault in 2 MiB at a time), except every kThpProbeEvery-th, left

@@ -8,13 +8,13 @@
  *  - threads create, fill (bulk), drain and destroy object caches, purge through
  *    mallctl and print the statistics and the topology while the main thread forks;
  *    each child creates a cache, allocates from it, purges and exits within a
- *    deadline. Every lock those calls take must be held across fork: the object-cache
- *    registry was not, and 16 of 40 children hung in uslab_cache_create;
+ *    deadline. Every lock those calls take must be held across fork (a registry lock
+ *    left out hangs children in uslab_cache_create);
  *  - with the heap profiler on (USLAB_CONF prof=true): every allocation sampled
  *    (prof.reset to lg_sample 0), two threads start thread after thread that unwind
- *    their stacks while the main thread forks; each child's sampled allocations unwind too, within a
- *    deadline. A child forked while another thread was inside libunwind inherited
- *    the unwinder's lock held and hung (once in a CI run of this test).
+ *    their stacks while the main thread forks; each child's sampled allocations
+ *    unwind too, within a deadline (a child forked while another thread is inside
+ *    libunwind inherits the unwinder's lock held unless fork waits for the unwind).
  * usage: fork [FORKS] */
 #include <errno.h>
 #include <pthread.h>
@@ -31,6 +31,16 @@
 int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
 
 static atomic_int stop;
+
+/* Waits for child number i; 1 (and a line naming it) unless it exited with 0. */
+static int child_failed(pid_t pid, const char *what, int i) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+  fprintf(stderr, "%s %d: %s %d\n", what, i, WIFEXITED(st) ? "exit" : "signal",
+          WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+  return 1;
+}
 
 static void *churn(void *arg) {
   uint64_t r = (uintptr_t)arg;
@@ -139,13 +149,7 @@ static int slow_path_forks(int forks) {
     pid_t pid = fork();
     if (pid == 0) _exit(cache_child());
     CHECK(pid > 0);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      bad++;
-      fprintf(stderr, "slow-path child %d: %s %d\n", i, WIFEXITED(st) ? "exit" : "signal",
-              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-    }
+    bad += child_failed(pid, "slow-path child", i);
   }
   atomic_store(&stop_slow, 1);
   atomic_store(&stop, 1);
@@ -188,12 +192,7 @@ static int unwinding_forks(int forks) {
       _exit(0);
     }
     CHECK(pid > 0);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      bad++;
-      fprintf(stderr, "unwinding child %d: status %#x\n", i, st);
-    }
+    bad += child_failed(pid, "unwinding child", i);
   }
   atomic_store(&stop, 1);
   for (int t = 0; t < 2; t++) pthread_join(ts[t], NULL);
@@ -214,12 +213,7 @@ int main(int argc, char **argv) {
     pid_t pid = fork();
     if (pid == 0) _exit(child_work(pre));
     CHECK(pid > 0);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      bad++;
-      fprintf(stderr, "child %d: status %#x\n", i, st);
-    }
+    bad += child_failed(pid, "child", i);
     free(pre);
   }
   atomic_store(&stop, 1);

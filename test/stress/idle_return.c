@@ -214,8 +214,8 @@ int main(int argc, char **argv) {
   if (back_ms < 0) explain_rss();
   CHECK(back_ms >= 0);
   /* Within decay_ms of the frees (measured here: 0.75-0.85 of it), plus 100 ms for a
-   * slow machine: ticks and the calls that run them come late there, never early. An
-   * emulated 64-CPU guest is slower still (frees of 3.9 s, one return in 678 ms). */
+   * slow machine: ticks and the calls that run them come late there, never early; more
+   * under emulation, whose runner says how much slower it is. */
   const char *slowdown = getenv("USLAB_TEST_SLOWDOWN");
   const long slack_ms = 100 * (slowdown && atol(slowdown) > 1 ? atol(slowdown) : 1);
   CHECK(back_ms < decay_ms + slack_ms);

@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
       small[ns][0] = (unsigned char)ns;
     }
     CHECK(ns > 0 && ns < kMax);
-    if (ns == 0) { /* seen once in CI (guard=true, beside other tests): what uslab held */
+    if (ns == 0) { /* what uslab held, to tell where the room went */
       fprintf(stderr, "oom: round %d: no small object after %d large ones, on CPU %d\n", round,
               nl, sched_getcpu());
       malloc_stats();

@@ -57,7 +57,7 @@ TEST_CASE("the batch sections push, pop, peek, drain and resize one CPU's sheaf"
   }
   Pin pin;
   // No decay tick from the background thread in between: a tick right after the
-  // alloc below emptied the sheaf it had served from without a miss (cap 0, once in CI).
+  // alloc below would empty the sheaf, which served it without a miss.
   OwnTicks ticks;
   const uint32_t c = pin.cpu;
   REQUIRE(c < g_cpu_count);
