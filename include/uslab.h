@@ -48,6 +48,8 @@ typedef struct uslab_stats {
   size_t thp_segments;                  /* segments advised transparent huge pages now */
   unsigned long long thp_splits;        /* times a return of pages took a segment off huge
                                            pages, splitting those it had (cumulative) */
+  unsigned long long thp_collapses;     /* segments measured dense and collapsed into huge
+                                           pages (MADV_COLLAPSE, cumulative) */
 } uslab_stats_t;
 
 /* uslab_stats_t.background: */

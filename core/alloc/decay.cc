@@ -42,6 +42,7 @@ void run_tick() {
   if (const DecayHooks* h = hooks()) h->tick();
   // Pages free for decay_purge_age_ms, even in a heap that saw no call since.
   page_heap_purge_all(false);
+  page_heap_collapse_all();
   huge_cache_purge(false);
   // A program whose caches, free pages and deferred frees hold this much gets the
   // thread even when no single heap crossed the mark (background_thread=auto).

@@ -6,6 +6,7 @@
 #include "core/alloc/background.h"
 #include "core/alloc/memory_limit.h"
 
+#include <cerrno>
 #include <cstring>
 #include <type_traits>
 
@@ -153,6 +154,16 @@ Span* PageHeap::split_front(Span* s, size_t npages) {
 }
 
 Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
+  Span* s = alloc_span(npages, align_pages, kind, zeroed);
+  if (!s) return nullptr;
+  // A segment this allocation filled and found dense: collapsed now, with no lock held
+  // (page_heap.h), in whichever heap carved the span.
+  PageHeap& h = s->segment->heap == index() ? *this : g_page_heap[s->segment->heap];
+  if (h.collapse_waiting_.load(std::memory_order_relaxed)) h.collapse_one();
+  return s;
+}
+
+Span* PageHeap::alloc_span(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
   // The memory limit first (it may release every cache and free page: no lock held).
   if (!limit_admit((npages + align_pages - 1) << kPageShift)) return nullptr;
   {
@@ -444,11 +455,13 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
   uint64_t decay = decay_purge_age_ms();
   size_t purged = 0;
   auto old = [&](const Span* s) { return all || now - s->freed_at_ms >= decay; };
-  // A wholly free segment gives its address space back too.
+  // A wholly free segment gives its address space back too (not while MADV_COLLAPSE
+  // runs on it: the next purge does).
   auto unmap = [&](Span* s) USLAB_REQUIRES(lock_) {
     remove_free(s);
     segments_--;
     Segment* seg = s->segment;
+    unqueue_collapse(seg);
     if (seg->huge) huge_segments_--;
     descs_.free(s);
     segment_destroy(seg);
@@ -458,6 +471,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
     for (Span* s = dirty_lists_.by_length[i].front(); s; s = next) {
       next = s->next;
       if (!old(s)) continue;
+      if (i == kMaxPages && s->segment->collapsing) continue;
       if (i == kMaxPages) {
         purged += s->bytes();
         unmap(s);
@@ -470,7 +484,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
   Span* next;
   for (Span* s = clean_lists_.by_length[kMaxPages].front(); s; s = next) {
     next = s->next;
-    if (old(s)) unmap(s);
+    if (old(s) && !s->segment->collapsing) unmap(s);
   }
   purged_bytes_ += purged;
   // Descriptor pages left empty by the spans above (and before) go back a tick after:
@@ -500,7 +514,8 @@ PageHeapStats PageHeap::stats() {
                        large_pages_ << kPageShift,
                        purged_bytes_,
                        huge_segments_,
-                       thp_splits_};
+                       thp_splits_,
+                       thp_collapses_};
 }
 
 bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpMode::kNever; }
@@ -516,14 +531,59 @@ void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages) {
   const size_t fresh_resident = os::resident_pages(fresh, npages * kPageSize);
   const size_t resident = all > fresh_resident ? all - fresh_resident : 0;
   thp_eager_ = resident * 8 >= before * kThpDenseEighths;
-  if (thp_eager_) advise_huge(seg, true);
+  if (!thp_eager_) return;
+  advise_huge(seg, true);
+  // The measured pages: the whole 2 MiB blocks before `fresh`, which the program may
+  // never touch (a huge page there would make it all resident).
+  const size_t measured = static_cast<size_t>(fresh - seg->base()) & ~(os::kHugePage - 1);
+  if (seg->huge && measured && !seg->collapse_queued && collapse_queued_ < kCollapseQueue &&
+      !collapse_unsupported_.load(std::memory_order_relaxed)) {
+    collapse_queue_[collapse_queued_++] = CollapseRange{seg, measured};
+    seg->collapse_queued = true;
+    collapse_waiting_.store(true, std::memory_order_relaxed);
+  }
 }
 
 void PageHeap::advise_huge(Segment* seg, bool huge) {
   if (!thp_enabled()) return;
+  if (!huge) unqueue_collapse(seg);
   if (!os::advise_huge(seg, kSegmentSize, huge) || huge == seg->huge) return;
   seg->huge = huge;
   huge ? huge_segments_++ : huge_segments_--;
+}
+
+void PageHeap::unqueue_collapse(Segment* seg) {
+  if (!seg->collapse_queued) return;
+  seg->collapse_queued = false;
+  size_t k = 0;
+  for (size_t i = 0; i < collapse_queued_; i++)
+    if (collapse_queue_[i].seg != seg) collapse_queue_[k++] = collapse_queue_[i];
+  collapse_queued_ = k;
+  if (k == 0) collapse_waiting_.store(false, std::memory_order_relaxed);
+}
+
+bool PageHeap::collapse_one() {
+  CollapseRange r;
+  {
+    LockGuard g(lock_);
+    if (collapse_queued_ == 0) return false;
+    r = collapse_queue_[0];
+    unqueue_collapse(r.seg);
+    r.seg->collapsing = true;
+  }
+  Segment* seg = r.seg;
+  int err = os::collapse(seg, r.bytes);
+  LockGuard g(lock_);
+  seg->collapsing = false;
+  // EINVAL on a segment still advised: a kernel without MADV_COLLAPSE (before 6.1).
+  if (err == EINVAL && seg->huge) collapse_unsupported_.store(true, std::memory_order_relaxed);
+  if (err) return false;
+  thp_collapses_++;
+  return true;
+}
+
+void page_heap_collapse_all() {
+  for_each_shard_used([](unsigned sh) { g_page_heap[sh].collapse_one(); });
 }
 
 size_t page_heap_purge_all(bool all) {

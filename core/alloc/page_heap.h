@@ -39,8 +39,14 @@
 // buffer sized for the worst case) would hold memory it never touched (`uslab bench
 // drift`). So a segment is advised MADV_HUGEPAGE when it is dense: all its pages in use
 // (all but fewer than kThpFullSlack), and at least kThpDenseEighths/8 of those in use
-// before the span that filled it resident (mincore; khugepaged then collapses it in
-// the background). That measure also sets
+// before the span that filled it resident (mincore). Those pages are 4 KiB ones
+// already, which khugepaged would collapse at its own pace (16 MiB every 10 s by
+// default): the whole 2 MiB blocks before that last span are queued for MADV_COLLAPSE
+// (not the span's own: the program may never touch all of it), and the allocation
+// that filled the segment collapses them once it has dropped the lock (about 1 ms for
+// 4 MiB, once per measured segment); the decay tick takes what is left queued. A
+// segment being collapsed is marked so that no purge unmaps it meanwhile, and a purge
+// of an advised segment drops it from the queue. That measure also sets
 // the heap's eagerness: while the last segment measured was touched densely, a heap
 // of kThpMinSegments segments or more advises its new segments when it makes them
 // (their pages then fault in 2 MiB at a time), except every kThpProbeEvery-th, left
@@ -78,11 +84,13 @@ struct PageHeapStats {
   size_t purged_bytes;   // returned to the OS so far (cumulative)
   size_t huge_segments;  // advised MADV_HUGEPAGE
   size_t thp_splits;     // times a return took a segment off huge pages (cumulative)
+  size_t thp_collapses;  // segments collapsed into huge pages (MADV_COLLAPSE, cumulative)
 
   PageHeapStats& operator+=(const PageHeapStats& o) {
     segments += o.segments;
     huge_segments += o.huge_segments;
     thp_splits += o.thp_splits;
+    thp_collapses += o.thp_collapses;
     free_bytes += o.free_bytes;
     dirty_bytes += o.dirty_bytes;
     large_bytes += o.large_bytes;
@@ -134,6 +142,9 @@ class alignas(64) PageHeap {
   void shrink(Span* s, size_t new_npages);
   // Return free pages older than decay_purge_age_ms (all of them if `all`); bytes purged.
   size_t purge(bool all);
+  // Collapses the oldest segment queued for it into huge pages (see above); true when
+  // one was collapsed.
+  bool collapse_one();
   // Bytes of free pages that are not resident (purged or never touched), read without
   // the lock (the memory limit's estimate: a racy but never torn figure).
   size_t clean_free_bytes() const;
@@ -183,6 +194,8 @@ class alignas(64) PageHeap {
   // count of a segment's pages in use, which advises it once it is dense.
   static bool thp_enabled();
   void advise_huge(Segment* seg, bool huge) USLAB_REQUIRES(lock_);
+  void unqueue_collapse(Segment* seg) USLAB_REQUIRES(lock_);
+  Span* alloc_span(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
   // npages more of seg in use, from `fresh` on (not touched yet).
   void use_pages(Segment* seg, const char* fresh, size_t npages) USLAB_REQUIRES(lock_);
   static constexpr unsigned kPrivate = ~0u;
@@ -209,6 +222,19 @@ class alignas(64) PageHeap {
   size_t segments_ USLAB_GUARDED_BY(lock_) = 0;
   size_t huge_segments_ USLAB_GUARDED_BY(lock_) = 0;
   size_t thp_splits_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t thp_collapses_ USLAB_GUARDED_BY(lock_) = 0;
+  // Segments measured dense, waiting for MADV_COLLAPSE, the oldest first; a dense
+  // segment that finds the queue full is left to khugepaged.
+  static constexpr size_t kCollapseQueue = 8;
+  struct CollapseRange {
+    Segment* seg;
+    size_t bytes;  // from its base, whole 2 MiB blocks
+  };
+  CollapseRange collapse_queue_[kCollapseQueue] USLAB_GUARDED_BY(lock_) = {};
+  size_t collapse_queued_ USLAB_GUARDED_BY(lock_) = 0;
+  std::atomic<bool> collapse_waiting_{false};  // collapse_queued_ > 0, read without the lock
+  // Set once MADV_COLLAPSE is found missing (a kernel before 6.1): nothing is queued.
+  static inline std::atomic<bool> collapse_unsupported_{false};
   size_t free_pages_ USLAB_GUARDED_BY(lock_) = 0;
   size_t dirty_pages_ USLAB_GUARDED_BY(lock_) = 0;
   size_t large_pages_ USLAB_GUARDED_BY(lock_) = 0;
@@ -227,6 +253,8 @@ inline PageHeap& page_heap_of(const Span* s) { return g_page_heap[s->segment->he
 void page_heap_free_spans(Span* const* spans, size_t n);
 // Every heap in use: purge (bytes purged), and the counters summed.
 size_t page_heap_purge_all(bool all);
+// Every heap in use collapses one queued segment (the decay tick).
+void page_heap_collapse_all();
 PageHeapStats page_heap_stats();
 
 }  // namespace uslab

@@ -135,6 +135,8 @@ struct Segment {
                         // PageHeap::kPrivate for a unit test's private heap); huge:
                         // the shard it was made for (its pages are on that node)
   bool huge;            // normal: advised MADV_HUGEPAGE (page_heap.h; its heap's lock)
+  bool collapse_queued;  // normal: waits for MADV_COLLAPSE (page_heap.h; its heap's lock)
+  bool collapsing;       // normal: MADV_COLLAPSE runs on it, not to be unmapped (ditto)
   // Normal: the size class of each page's slab, written with the page's page-map
   // entry when the slab is carved and left stale after it is freed (the entry is
   // the authority). Found by masking a pointer, a page's class costs one load where

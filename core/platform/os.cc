@@ -214,6 +214,12 @@ bool advise_huge(void* p, size_t bytes, bool huge) {
   return syscall6(SYS_madvise, (long)p, (long)bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0;
 }
 
+int collapse(void* p, size_t bytes) {
+  constexpr long kMadvCollapse = 25;  // <sys/mman.h> names it from glibc 2.37
+  long r = syscall6(SYS_madvise, (long)p, (long)bytes, kMadvCollapse);
+  return r == 0 ? 0 : static_cast<int>(-r);
+}
+
 size_t resident_pages(const void* p, size_t bytes) {
   unsigned char vec[1024];  // 4 MiB of OS pages
   size_t n = bytes / kOsPage;

@@ -88,6 +88,11 @@ uint64_t random_u64();
 enum class ThpMode : uint8_t { kNever, kMadvise, kAlways };
 ThpMode thp_mode();
 bool advise_huge(void* p, size_t bytes, bool huge);
+// madvise(MADV_COLLAPSE) on a range (Linux 6.1+): its resident pages copied into huge
+// pages now, where khugepaged would take its time. 0, or the error: EINVAL on a kernel
+// without it, EAGAIN or ENOMEM when no huge page could be had.
+int collapse(void* p, size_t bytes);
+constexpr size_t kHugePage = size_t{2} << 20;  // x86-64's transparent huge page
 // Bytes of this process's anonymous memory in transparent huge pages (AnonHugePages
 // of /proc/self/smaps_rollup), or -1 where the file cannot be read. The kernel walks
 // every mapping to answer: statistics call it when asked, never a hot path.

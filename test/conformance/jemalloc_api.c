@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include <sys/mman.h>
+#include <sys/utsname.h>
 
 #include "bench/proc_self.h"
 #include "include/uslab.h"
@@ -245,20 +246,54 @@ static void test_purge_names(void) {
   CHECK(mallctl("max_background_threads", NULL, NULL, &threads, sizeof threads) == EINVAL);
 }
 
+/* Whether the system's transparent huge pages are on (madvise or always) and uslab's
+ * thp option too (USLAB_CONF may turn it off). */
+static bool thp_setting_on(void) {
+  const char *conf = getenv("USLAB_CONF");
+  if (conf && strstr(conf, "thp=false")) return false;
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (!f) return false;
+  char line[128] = "";
+  bool on = fgets(line, sizeof line, f) && !strstr(line, "[never]");
+  fclose(f);
+  return on;
+}
+
+static bool kernel_at_least(int major, int minor) {
+  struct utsname u;
+  int ma = 0, mi = 0;
+  if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
+
 /* background_thread: true by default (auto: memory comes back with no call); false
  * stops a running thread, true starts one at once. */
 /* The huge-page names: uslab's own, in jemalloc's stats.* style. stats.thp_resident is
  * the process's AnonHugePages, read when asked: it must match smaps_rollup read around
  * it, with a region of the test's own advised huge pages (most kernels back it). */
 static void test_thp_names(void) {
-  size_t segments, splits, resident, len = sizeof(size_t);
+  size_t segments, splits, collapses, resident, len = sizeof(size_t);
   uint64_t epoch = 1;
+  /* 8 MiB of 40 KiB blocks, written: full segments measured dense, which the decay
+   * tick collapses into huge pages (where the system gives any: setting madvise or
+   * always, Linux 6.1+). */
+  enum { kBlocks = 200 };
+  char *blocks[kBlocks];
+  for (int i = 0; i < kBlocks; i++) {
+    blocks[i] = malloc(40 << 10);
+    memset(blocks[i], 1, 40 << 10);
+  }
+  CHECK(mallctl("arena.0.decay", NULL, NULL, NULL, 0) == 0);
   CHECK(mallctl("epoch", NULL, NULL, &epoch, sizeof epoch) == 0);
   CHECK(mallctl("stats.thp_segments", &segments, &len, NULL, 0) == 0);
   CHECK(mallctl("stats.thp_splits", &splits, &len, NULL, 0) == 0);
+  CHECK(mallctl("stats.thp_collapses", &collapses, &len, NULL, 0) == 0);
   uslab_stats_t st;
   CHECK(uslab_stats_get(&st, sizeof st) == 0);
-  CHECK(st.thp_segments == segments && st.thp_splits == splits);
+  CHECK(st.thp_segments == segments && st.thp_splits == splits && st.thp_collapses == collapses);
+  if (thp_setting_on() && kernel_at_least(6, 1)) CHECK(collapses >= 1);
+  printf("jemalloc_api: %zu segments advised huge pages, %zu collapsed\n", segments, collapses);
+  for (int i = 0; i < kBlocks; i++) free(blocks[i]);
   CHECK(mallctl("stats.thp_resident", NULL, NULL, &resident, sizeof resident) == EPERM);
   size_t huge = 2u << 20;
   char *map = mmap(NULL, 3 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

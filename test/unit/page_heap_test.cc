@@ -3,6 +3,7 @@
 // PageHeap so the global heap's state is irrelevant.
 #include <catch2/catch.hpp>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,15 @@
 using namespace uslab;
 
 namespace {
+
+// Whether the running kernel's release is at least major.minor.
+bool kernel_at_least(int major, int minor) {
+  struct utsname u;
+  REQUIRE(uname(&u) == 0);
+  int ma = 0, mi = 0;
+  sscanf(u.release, "%d.%d", &ma, &mi);
+  return ma > major || (ma == major && mi >= minor);
+}
 
 bool all_zero(const char* p, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -316,6 +326,16 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   REQUIRE(seg->huge);  // every page in use, and what was in use before written
   REQUIRE(has_flag(vm_flags(seg), "hg"));
   REQUIRE(ph.stats().huge_segments == 1);
+  // Measured dense: the allocation collapsed what was measured, the first 2 MiB
+  // (written before the advice, in 4 KiB pages), into a huge page, and left b's own
+  // 2 MiB alone (not resident: b is not written yet).
+  CHECK_FALSE(seg->collapse_queued);
+  if (kernel_at_least(6, 1)) {
+    CHECK(ph.stats().thp_collapses == 1);
+    CHECK(smaps_kib(seg, "AnonHugePages") == 2048);
+    CHECK(smaps_kib(seg, "Rss") == 2048);
+  }
+  CHECK_FALSE(ph.collapse_one());  // nothing left queued
   memset(b->start, 1, b->bytes());
   ph.free(b);
   REQUIRE(ph.purge(true) == b->bytes());
@@ -388,6 +408,8 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   ph.purge(true);
   REQUIRE(ph.stats().segments == 0);
   REQUIRE(ph.stats().huge_segments == 0);
+  // The segments measured dense since were queued; unmapped, they left the queue.
+  CHECK_FALSE(ph.collapse_one());
 }
 
 TEST_CASE("an aligned mapping needs no more address space than its size") {

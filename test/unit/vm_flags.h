@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -29,6 +30,29 @@ inline std::string vm_flags(const void* p) {
   }
   fclose(f);
   return flags;
+}
+
+// A "Name:  N kB" field of the mapping holding p in /proc/self/smaps (e.g.
+// "AnonHugePages"), in KiB; -1 when no mapping holds it.
+inline long smaps_kib(const void* p, const char* name) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  REQUIRE(f != nullptr);
+  char line[512];
+  bool inside = false;
+  long kib = -1;
+  const size_t len = strlen(name);
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+      inside = lo <= a && a < hi;
+    } else if (inside && strncmp(line, name, len) == 0 && line[len] == ':') {
+      kib = strtol(line + len + 1, nullptr, 10);
+      break;
+    }
+  }
+  fclose(f);
+  return kib;
 }
 
 inline bool has_flag(const std::string& flags, const char* f) {
