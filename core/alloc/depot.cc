@@ -128,12 +128,12 @@ DepotStats Depot::stats() {
 }
 
 void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n) {
-  // Grouped by owner, not cut into runs: the drains of a server whose threads free
-  // each other's objects alternate owners, and runs of one or two objects made
-  // sheaves of one or two objects, so that every refill missed again at once.
   // One shard (one node and at most shard_cpus CPUs): every slab is shard 0's. The
   // count never shrinks, and a slab of a later shard was carved after it grew.
   if (shard_count_now() == 1) return g_depot[0][cls].give(cls, objs, n, here != 0);
+  // Grouped by owner, not cut into runs: the drains of a server whose threads free
+  // each other's objects alternate owners, and runs of one or two objects made
+  // sheaves of one or two objects, so that every refill missed again at once.
   void* mine[kMaxBatch];
   void* rest[2][kMaxBatch];
   int which = 0;

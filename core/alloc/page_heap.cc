@@ -471,12 +471,11 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
     for (Span* s = dirty_lists_.by_length[i].front(); s; s = next) {
       next = s->next;
       if (!old(s)) continue;
-      if (i == kMaxPages && s->segment->collapsing) continue;
-      if (i == kMaxPages) {
+      if (i < kMaxPages) {
+        purged += purge_span(s);
+      } else if (!s->segment->collapsing) {
         purged += s->bytes();
         unmap(s);
-      } else {
-        purged += purge_span(s);
       }
     }
   }

@@ -17,11 +17,11 @@
 // unwinders have locks of their own (libunwind's caches, libgcc's list of frames
 // registered at run time) that fork does not reset: a child forked while another
 // thread is inside unw_backtrace would hang at its first unwind. fork takes
-// g_capture_lock with the lock table, so no unwind is in flight when it forks. The unwinder also takes ld.so's loader lock
-// (dl_iterate_phdr), which a thread holds while it maps objects but not while it
-// allocates, and glibc resets in the child. Capture allocates nothing; a re-entry (a
-// signal handler, an unwinder that allocates) is the caller's to refuse (prof.cc's
-// t_in_prof).
+// g_capture_lock with the lock table, so no unwind is in flight when it forks. The
+// unwinder also takes ld.so's loader lock (dl_iterate_phdr), which a thread holds
+// while it maps objects but not while it allocates, and glibc resets in the child.
+// Capture allocates nothing; a re-entry (a signal handler, an unwinder that
+// allocates) is the caller's to refuse (prof.cc's t_in_prof).
 #pragma once
 
 #include <cstddef>
