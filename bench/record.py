@@ -66,7 +66,10 @@ def record(results, out, known):
     def written(names):
         text = []
         for name in (n for n in tables if n in names):  # each begins with its command
-            text += [f"### {name}", "", provenance, "", tables[name].strip(), ""]
+            # A table's own "### " headings (micro's three tables) go one level down,
+            # so that the section still ends at the next benchmark's heading.
+            body = [("#" + l if HEADING.match(l) else l) for l in tables[name].strip().split("\n")]
+            text += [f"### {name}", "", provenance, ""] + body + [""]
         return text
 
     # New sections where the ones they replace were (bottom up: indices stay valid),

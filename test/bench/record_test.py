@@ -3,7 +3,8 @@
 RESULTS.md: a benchmark's section is replaced in place and the old one moves to the
 month's history, newest first; a combined section is replaced when the run covers it
 all and refused (nothing written) when it does not; a benchmark without a section gets
-one at the end of its machine's part; other machines' parts and sections that are not
+one at the end of its machine's part; a table's own headings go one level below its
+section's; other machines' parts and sections that are not
 a benchmark's stay as they were. Exit 0 when every check holds."""
 import os
 import sys
@@ -73,7 +74,7 @@ with tempfile.TemporaryDirectory() as tmp:
         f.write(HISTORY)
 
     # micro and bulk: replaced where they were; mem is new: at the end of "## 2 CPUs".
-    moved = run({"micro": "Command: m\n\nnew micro table\n", "bulk": "Command: b\n\nnew bulk\n",
+    moved = run({"micro": "Command: m\n\n### N x alloc\n\nnew micro table\n", "bulk": "Command: b\n\nnew bulk\n",
                  "mem": "Command: x\n\nnew mem\n"}, results)
     text = open(results).read()
     log = open(history).read()
@@ -83,6 +84,8 @@ with tempfile.TemporaryDirectory() as tmp:
           "replaced sections keep their places")
     check(text.index("new mem") < text.index("## 16 CPUs"), "a new section in its machine's part")
     check("sixteen-CPU micro" in text, "another machine's section untouched")
+    check("\n#### N x alloc\n" in text and "\n### N x alloc" not in text,
+          "a table's own heading one level below its section's")
     check("old one-off" in text, "a section that is not a benchmark's untouched")
     check("Machine: Test CPU, 2 CPUs. 2026-11-26, commit abc1234." in text, "provenance")
     check(log.index("## 2026-11-26") < log.index("## 2026-11-20"), "history newest first")
