@@ -60,10 +60,10 @@ void* thread_main(void*) {
     }
     uint64_t next = decay_next_tick_ms(), now = os::now_ms();
     if (next != 0 && now >= next) {
-      decay_maybe_tick();
+      decay_maybe_tick(TickBy::kBackground);
       ticks_.fetch_add(1, std::memory_order_relaxed);
     } else if (next == 0) {
-      decay_maybe_tick();  // starts the clock
+      decay_maybe_tick(TickBy::kBackground);  // starts the clock
     }
     if (decay_backlog().work) {
       // Until the tick is due, by the coarse clock the tick reads (a few ms behind

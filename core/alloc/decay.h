@@ -51,8 +51,11 @@ inline uint64_t decay_purge_age_ms() {
   return g_config.decay_ms > caches ? g_config.decay_ms - caches : 0;
 }
 
+// Who runs a tick: an allocation's slow path, the background thread, or a call that
+// asked for one (only the latter two collapse huge pages: page_heap.h).
+enum class TickBy { kSlowPath, kBackground, kExplicit };
 // The tick when it is due (one coarse clock read otherwise).
-void decay_maybe_tick();
+void decay_maybe_tick(TickBy by = TickBy::kSlowPath);
 // A tick now (jemalloc's arena.<i>.decay), the next one a whole interval later.
 void decay_tick_now();
 // Everything back now, whatever its age (malloc_trim, the memory limit): the facade's

@@ -154,16 +154,6 @@ Span* PageHeap::split_front(Span* s, size_t npages) {
 }
 
 Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
-  Span* s = alloc_span(npages, align_pages, kind, zeroed);
-  if (!s) return nullptr;
-  // A segment this allocation filled and found dense: collapsed now, with no lock held
-  // (page_heap.h), in whichever heap carved the span.
-  PageHeap& h = s->segment->heap == index() ? *this : g_page_heap[s->segment->heap];
-  if (h.collapse_waiting_.load(std::memory_order_relaxed)) h.collapse_one();
-  return s;
-}
-
-Span* PageHeap::alloc_span(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
   // The memory limit first (it may release every cache and free page: no lock held).
   if (!limit_admit((npages + align_pages - 1) << kPageShift)) return nullptr;
   {
@@ -537,7 +527,7 @@ void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages) {
   const size_t measured = static_cast<size_t>(fresh - seg->base()) & ~(os::kHugePage - 1);
   if (seg->huge && measured && !seg->collapse_queued && collapse_queued_ < kCollapseQueue &&
       !collapse_unsupported_.load(std::memory_order_relaxed)) {
-    collapse_queue_[collapse_queued_++] = CollapseRange{seg, measured};
+    collapse_queue_[collapse_queued_++] = CollapseRange{seg, measured, os::now_ms()};
     seg->collapse_queued = true;
     collapse_waiting_.store(true, std::memory_order_relaxed);
   }
@@ -561,11 +551,12 @@ void PageHeap::unqueue_collapse(Segment* seg) {
   if (k == 0) collapse_waiting_.store(false, std::memory_order_relaxed);
 }
 
-bool PageHeap::collapse_one() {
+bool PageHeap::collapse_one(uint64_t queued_by_ms) {
+  if (!collapse_waiting_.load(std::memory_order_relaxed)) return false;
   CollapseRange r;
   {
     LockGuard g(lock_);
-    if (collapse_queued_ == 0) return false;
+    if (collapse_queued_ == 0 || collapse_queue_[0].queued_ms > queued_by_ms) return false;
     r = collapse_queue_[0];
     unqueue_collapse(r.seg);
     r.seg->collapsing = true;
@@ -581,8 +572,8 @@ bool PageHeap::collapse_one() {
   return true;
 }
 
-void page_heap_collapse_all() {
-  for_each_shard_used([](unsigned sh) { g_page_heap[sh].collapse_one(); });
+void page_heap_collapse_all(uint64_t queued_by_ms) {
+  for_each_shard_used([=](unsigned sh) { g_page_heap[sh].collapse_one(queued_by_ms); });
 }
 
 size_t page_heap_purge_all(bool all) {

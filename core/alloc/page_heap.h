@@ -42,11 +42,15 @@
 // before the span that filled it resident (mincore). Those pages are 4 KiB ones
 // already, which khugepaged would collapse at its own pace (16 MiB every 10 s by
 // default): the whole 2 MiB blocks before that last span are queued for MADV_COLLAPSE
-// (not the span's own: the program may never touch all of it), and the allocation
-// that filled the segment collapses them once it has dropped the lock (about 1 ms for
-// 4 MiB, once per measured segment); the decay tick takes what is left queued. A
-// segment being collapsed is marked so that no purge unmaps it meanwhile, and a purge
-// of an advised segment drops it from the queue. That measure also sets
+// (not the span's own: the program may never touch all of it). The background thread
+// collapses them at its decay tick once they have stayed queued a whole tick, and an
+// explicit decay call (arena.<i>.decay) at once; never a malloc: MADV_COLLAPSE takes
+// 1-9 ms for 2 MiB (copy, compaction, the mmap lock), which the allocation that
+// filled the segment paid before (rptest: 1.3x the time with THP on), and a heap
+// that fills and empties within a tick (freed, purged and split again) gains nothing
+// from it. Without the background thread khugepaged collapses the advised segments at
+// its own pace. A segment being collapsed is marked so that no purge unmaps it
+// meanwhile, and a purge of an advised segment drops it from the queue. That measure also sets
 // the heap's eagerness: while the last segment measured was touched densely, a heap
 // of kThpMinSegments segments or more advises its new segments when it makes them
 // (their pages then fault in 2 MiB at a time), except every kThpProbeEvery-th, left
@@ -142,9 +146,9 @@ class alignas(64) PageHeap {
   void shrink(Span* s, size_t new_npages);
   // Return free pages older than decay_purge_age_ms (all of them if `all`); bytes purged.
   size_t purge(bool all);
-  // Collapses the oldest segment queued for it into huge pages (see above); true when
-  // one was collapsed.
-  bool collapse_one();
+  // Collapses the oldest segment queued for it into huge pages (see above) if it was
+  // queued by queued_by_ms (os::now_ms); true when one was collapsed.
+  bool collapse_one(uint64_t queued_by_ms = UINT64_MAX);
   // Bytes of free pages that are not resident (purged or never touched), read without
   // the lock (the memory limit's estimate: a racy but never torn figure).
   size_t clean_free_bytes() const;
@@ -195,7 +199,6 @@ class alignas(64) PageHeap {
   static bool thp_enabled();
   void advise_huge(Segment* seg, bool huge) USLAB_REQUIRES(lock_);
   void unqueue_collapse(Segment* seg) USLAB_REQUIRES(lock_);
-  Span* alloc_span(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
   // npages more of seg in use, from `fresh` on (not touched yet).
   void use_pages(Segment* seg, const char* fresh, size_t npages) USLAB_REQUIRES(lock_);
   static constexpr unsigned kPrivate = ~0u;
@@ -229,6 +232,7 @@ class alignas(64) PageHeap {
   struct CollapseRange {
     Segment* seg;
     size_t bytes;  // from its base, whole 2 MiB blocks
+    uint64_t queued_ms;
   };
   CollapseRange collapse_queue_[kCollapseQueue] USLAB_GUARDED_BY(lock_) = {};
   size_t collapse_queued_ USLAB_GUARDED_BY(lock_) = 0;
@@ -253,8 +257,9 @@ inline PageHeap& page_heap_of(const Span* s) { return g_page_heap[s->segment->he
 void page_heap_free_spans(Span* const* spans, size_t n);
 // Every heap in use: purge (bytes purged), and the counters summed.
 size_t page_heap_purge_all(bool all);
-// Every heap in use collapses one queued segment (the decay tick).
-void page_heap_collapse_all();
+// Every heap in use collapses its oldest queued segment if queued by queued_by_ms
+// (the decay tick).
+void page_heap_collapse_all(uint64_t queued_by_ms);
 PageHeapStats page_heap_stats();
 
 }  // namespace uslab

@@ -326,11 +326,18 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   REQUIRE(seg->huge);  // every page in use, and what was in use before written
   REQUIRE(has_flag(vm_flags(seg), "hg"));
   REQUIRE(ph.stats().huge_segments == 1);
-  // Measured dense: the allocation collapsed what was measured, the first 2 MiB
-  // (written before the advice, in 4 KiB pages), into a huge page, and left b's own
-  // 2 MiB alone (not resident: b is not written yet).
+  // Measured dense: what was measured, the first 2 MiB (written before the advice, in
+  // 4 KiB pages), is queued for a collapse, which the allocation left to a tick; a
+  // tick's collapse takes only what waited since the tick before it.
+  CHECK(seg->collapse_queued);
+  CHECK(ph.stats().thp_collapses == 0);
+  CHECK_FALSE(ph.collapse_one(os::now_ms() - decay_tick_ms()));
+  CHECK(seg->collapse_queued);
+  // Collapsed into a huge page; b's own 2 MiB left alone (not resident: not written).
+  bool collapsed = ph.collapse_one(os::now_ms());
   CHECK_FALSE(seg->collapse_queued);
   if (kernel_at_least(6, 1)) {
+    CHECK(collapsed);
     CHECK(ph.stats().thp_collapses == 1);
     CHECK(smaps_kib(seg, "AnonHugePages") == 2048);
     CHECK(smaps_kib(seg, "Rss") == 2048);
