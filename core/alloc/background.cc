@@ -3,6 +3,7 @@
 #include "core/alloc/background.h"
 
 #include "core/alloc/decay.h"
+#include "core/alloc/page_heap.h"
 #include "core/alloc/percpu.h"
 
 namespace uslab {
@@ -60,11 +61,14 @@ void* thread_main(void*) {
     }
     uint64_t next = decay_next_tick_ms(), now = os::now_ms();
     if (next != 0 && now >= next) {
-      decay_maybe_tick(TickBy::kBackground);
+      decay_maybe_tick();
       ticks_.fetch_add(1, std::memory_order_relaxed);
     } else if (next == 0) {
-      decay_maybe_tick(TickBy::kBackground);  // starts the clock
+      decay_maybe_tick();  // starts the clock
     }
+    // Huge-page collapses queued a tick ago or more, whoever ran the tick (often an
+    // allocation's slow path, in a busy program), are this thread's (page_heap.h).
+    page_heap_collapse_all(os::now_ms() - decay_tick_ms());
     if (decay_backlog().work) {
       // Until the tick is due, by the coarse clock the tick reads (a few ms behind
       // the futex's): woken earlier, the thread would find it not due yet.

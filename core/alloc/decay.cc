@@ -34,7 +34,7 @@ void decay_postpone_tick() {
 
 namespace {
 
-void run_tick(TickBy by) {
+void run_tick(bool explicit_call) {
   ticks_.fetch_add(1, std::memory_order_relaxed);
   depot_decay_all();
   percpu_decay_sheaves();
@@ -42,11 +42,7 @@ void run_tick(TickBy by) {
   if (const DecayHooks* h = hooks()) h->tick();
   // Pages free for decay_purge_age_ms, even in a heap that saw no call since.
   page_heap_purge_all(false);
-  // Collapses stall whoever runs them (page_heap.h): never a malloc.
-  if (by == TickBy::kBackground)
-    page_heap_collapse_all(os::now_ms() - decay_tick_ms());
-  else if (by == TickBy::kExplicit)
-    page_heap_collapse_all(UINT64_MAX);
+  if (explicit_call) page_heap_collapse_all(UINT64_MAX);
   huge_cache_purge(false);
   // A program whose caches, free pages and deferred frees hold this much gets the
   // thread even when no single heap crossed the mark (background_thread=auto).
@@ -59,7 +55,7 @@ void run_tick(TickBy by) {
 
 }  // namespace
 
-void decay_maybe_tick(TickBy by) {
+void decay_maybe_tick() {
   uint64_t now = os::now_ms();
   uint64_t next = next_tick_ms_.load(std::memory_order_relaxed);
   if (now < next) return;
@@ -67,12 +63,12 @@ void decay_maybe_tick(TickBy by) {
                                              std::memory_order_relaxed))
     return;               // another thread runs this tick
   if (next == 0) return;  // the first call only starts the clock
-  run_tick(by);
+  run_tick(false);
 }
 
 void decay_tick_now() {
   next_tick_ms_.store(os::now_ms() + decay_tick_ms(), std::memory_order_relaxed);
-  run_tick(TickBy::kExplicit);
+  run_tick(true);
 }
 
 size_t decay_release_all() {

@@ -51,11 +51,10 @@ inline uint64_t decay_purge_age_ms() {
   return g_config.decay_ms > caches ? g_config.decay_ms - caches : 0;
 }
 
-// Who runs a tick: an allocation's slow path, the background thread, or a call that
-// asked for one (only the latter two collapse huge pages: page_heap.h).
-enum class TickBy { kSlowPath, kBackground, kExplicit };
-// The tick when it is due (one coarse clock read otherwise).
-void decay_maybe_tick(TickBy by = TickBy::kSlowPath);
+// The tick when it is due (one coarse clock read otherwise). Unlike an explicit tick
+// (decay_tick_now), it collapses no huge pages: that stalls the caller (page_heap.h),
+// which may be an allocation; the background thread collapses on its own.
+void decay_maybe_tick();
 // A tick now (jemalloc's arena.<i>.decay), the next one a whole interval later.
 void decay_tick_now();
 // Everything back now, whatever its age (malloc_trim, the memory limit): the facade's

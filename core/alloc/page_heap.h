@@ -43,7 +43,7 @@
 // already, which khugepaged would collapse at its own pace (16 MiB every 10 s by
 // default): the whole 2 MiB blocks before that last span are queued for MADV_COLLAPSE
 // (not the span's own: the program may never touch all of it). The background thread
-// collapses them at its decay tick once they have stayed queued a whole tick, and an
+// collapses them when it wakes once they have stayed queued a whole tick, and an
 // explicit decay call (arena.<i>.decay) at once; never a malloc: MADV_COLLAPSE takes
 // 1-9 ms for 2 MiB (copy, compaction, the mmap lock), which the allocation that
 // filled the segment paid before (rptest: 1.3x the time with THP on), and a heap
@@ -258,7 +258,7 @@ void page_heap_free_spans(Span* const* spans, size_t n);
 // Every heap in use: purge (bytes purged), and the counters summed.
 size_t page_heap_purge_all(bool all);
 // Every heap in use collapses its oldest queued segment if queued by queued_by_ms
-// (the decay tick).
+// (the background thread; an explicit decay tick).
 void page_heap_collapse_all(uint64_t queued_by_ms);
 PageHeapStats page_heap_stats();
 
