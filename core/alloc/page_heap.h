@@ -45,12 +45,12 @@
 // (not the span's own: the program may never touch all of it). The background thread
 // collapses them when it wakes once they have stayed queued a whole tick, and an
 // explicit decay call (arena.<i>.decay) at once; never a malloc: MADV_COLLAPSE takes
-// 1-9 ms for 2 MiB (copy, compaction, the mmap lock), which the allocation that
-// filled the segment paid before (rptest: 1.3x the time with THP on), and a heap
-// that fills and empties within a tick (freed, purged and split again) gains nothing
-// from it. Without the background thread khugepaged collapses the advised segments at
-// its own pace. A segment being collapsed is marked so that no purge unmaps it
-// meanwhile, and a purge of an advised segment drops it from the queue. That measure also sets
+// 1-9 ms for 2 MiB (copy, compaction, the mmap lock), a stall no allocation should
+// pay (rptest ran 1.3x slower with THP on while one did), and a heap that fills and
+// empties within a tick (freed, purged and split again) gains nothing from it.
+// Without the background thread khugepaged collapses the advised segments at its own
+// pace. A segment being collapsed is marked so that no purge unmaps it meanwhile, and
+// a purge of an advised segment drops it from the queue. That measure also sets
 // the heap's eagerness: while the last segment measured was touched densely, a heap
 // of kThpMinSegments segments or more advises its new segments when it makes them
 // (their pages then fault in 2 MiB at a time), except every kThpProbeEvery-th, left
