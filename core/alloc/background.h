@@ -12,7 +12,8 @@
 //
 // The thread ("uslab-bg", every signal blocked) runs the decay tick (decay.h) on
 // time while the backlog holds anything, sleeping between ticks, so while memory is
-// pending it wakes at most once per tick. With nothing left it closes the CPU
+// pending it wakes at most once per tick; on each wake-up it also collapses the huge
+// pages queued a tick ago or more (page_heap.h), which no allocation does. With nothing left it closes the CPU
 // sheaves (so the next allocation or free anywhere misses) and sleeps on a futex
 // with no timeout: an idle process with nothing to give back gets no wake-ups. A slow
 // path that finds it asleep wakes it (background_poke, one load otherwise): every
