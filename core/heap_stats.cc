@@ -109,8 +109,8 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     out("uslab stats (mode: %s; %u of %u CPUs used, %zu bytes of capacity per CPU, "
         "%zu thread caches)\n",
         rseq_mode_name(rseq_mode()), pc.cpus_used, pc.cpus_possible, pc.budget, cached.ncaches);
-    out("sheaf capacity: %zu grows, %zu steals, %zu CPU drains\n", (size_t)pc.grows,
-        (size_t)pc.steals, (size_t)pc.drains);
+    out("sheaf capacity: %zu grows (%zu past a CPU's budget), %zu steals, %zu CPU drains\n",
+        (size_t)pc.grows, (size_t)pc.borrows, (size_t)pc.steals, (size_t)pc.drains);
   } else {
     out("uslab stats (mode: per-thread caches (%s); %zu thread caches)\n",
         g_config.poison   ? "none: poison=true sends every object through its slab"

@@ -57,6 +57,8 @@ class alignas(64) Depot {
   // `remote` when they come from a CPU of another shard (counted). (Callers use
   // depot_give, which picks the owners' depots.)
   void give(unsigned cls, void* const* objs, size_t n, bool remote);
+  // Whether a full sheaf waits here (a racy read: the next take may find none).
+  bool has_full() const { return __atomic_load_n(&nfull_, __ATOMIC_RELAXED) != 0; }
   // Every object held here back to the slabs (trim).
   void flush(unsigned cls);
   // The decay tick: sheaves unused over the last kCacheIdleTicks ticks back to the slabs.

@@ -225,9 +225,12 @@ unsigned current_shard() {
 void* percpu_alloc_slow(unsigned cls) {
   uint32_t c = usable_cpu();
   if (c == kNoCpu) return thread_cache_alloc(cls);
-  on_miss(c, cls, true);
+  // The miss first: taking the batch before it cost 15 cycles an object in N x alloc
+  // at 2 KiB (AMD EPYC), for the same work.
+  Depot& depot = g_depot[shard_of_cpu(c)][cls];
+  on_miss(c, cls, true, depot.has_full());
   void* buf[kMaxBatch];
-  size_t n = g_depot[shard_of_cpu(c)][cls].take(cls, buf, batch_size(cls));
+  size_t n = depot.take(cls, buf, batch_size(cls));
   USLAB_PROBE(sheaf_refill, cls, n);
   bump(meta_[c].class_refills[cls]);
   if (n == 0) return os::fail_nomem();
@@ -397,7 +400,7 @@ bool drain_cpu(uint32_t c, CpuMeta& m, const HeaderSet& set) USLAB_REQUIRES(m.lo
   size_t capacity = 0;
   for (unsigned cls = 1; cls < kMaxClasses; cls++)
     if (set.has(cls)) capacity += size_t{capacity_of(c, cls)} * class_size(cls);
-  m.capacity_bytes -= capacity;
+  add_capacity(m, -static_cast<ptrdiff_t>(capacity));
   if (!detach(c, set, cur)) return false;
   void** slots = slots_of(c);
   for (unsigned cls = 1; cls < kMaxClasses; cls++)
@@ -509,6 +512,23 @@ void release_idle_slot_pages(uint32_t c, CpuMeta& m) {
   }
 }
 
+// Drains classes of CPU c (its lock held) until it holds no more lent capacity than
+// the CPUs together hold past their budgets (lent_excess): those that did not miss
+// in the last tick first, the others only when they are not enough.
+void give_back_lent(uint32_t c, CpuMeta& m, const HeaderSet& missed) {
+  size_t excess = lent_excess(m), taken = 0;
+  if (excess == 0) return;
+  HeaderSet give;
+  for (int pass = 0; pass < 2 && taken < excess; pass++)
+    for (unsigned cls = 1; cls < kMaxClasses && taken < excess; cls++) {
+      size_t bytes = size_t{capacity_of(c, cls)} * class_size(cls);
+      if (bytes == 0 || give.has(cls) || (pass == 0 && missed.has(cls))) continue;
+      give.add(cls);
+      taken += bytes;
+    }
+  drain_cpu(c, m, give);
+}
+
 }  // namespace
 
 void percpu_decay_sheaves() {
@@ -517,11 +537,12 @@ void percpu_decay_sheaves() {
     CpuMeta& m = meta_[c];
     LockGuard g(m.lock);
     if (!m.ready) continue;
-    HeaderSet idle, in_use;
+    HeaderSet idle, in_use, missed_now;
     bool any_idle = false, any_in_use = false, any_used = false;
     for (unsigned cls = 1; cls < kMaxClasses; cls++) {
       uint16_t hits = hits_of(c, cls);
       bool missed = m.missed_tick.has(cls), used = hits != m.hits_seen[cls] || m.active.has(cls);
+      if (missed) missed_now.add(cls);
       m.hits_seen[cls] = hits;
       uint32_t misses = misses_of(m, cls);
       m.misses_before[cls] = misses - m.misses_at_tick[cls];
@@ -543,6 +564,7 @@ void percpu_decay_sheaves() {
     m.missed_tick.clear_all();
     if (any_idle) drain_cpu(c, m, idle);
     if (any_in_use) trim_cpu(c, in_use);
+    give_back_lent(c, m, missed_now);
     flush_remote_cpu(c);
     bool closed = false;
     if (!any_used) {  // no class in use here: the empty fixed sheaves close too
@@ -674,6 +696,7 @@ PerCpuStats percpu_stats() {
     if (!m.ready) continue;
     s.cpus_used++;
     s.grows += m.grows;
+    s.borrows += m.borrows;
     s.steals += m.steals;
     s.drains += m.drains;
   }

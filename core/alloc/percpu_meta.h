@@ -69,6 +69,10 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
                                                  // capacity)
   size_t capacity_bytes USLAB_GUARDED_BY(lock);  // sum over classes of capacity × size
   uint64_t grows, steals, drains;
+  uint64_t borrows;  // grows past the budget (capacity lent by the other CPUs)
+  // Refills a depot sheaf served lately against those the slabs did (capacity.cc's
+  // lender; racy, as bump()).
+  std::atomic<int32_t> reuse;
   std::atomic<uint32_t> misses;  // on_miss calls (racy; paces the decay clock)
   // Sheaf misses per class for the statistics. Per CPU: 16 CPUs bumping one shared
   // counter per refill cost more than the refill. Relaxed: a migrated thread may
@@ -95,6 +99,9 @@ constexpr uint32_t kNoCpu = ~uint32_t{0};
 
 extern CpuMeta* meta_;
 extern size_t budget_;  // each CPU's capacity budget in bytes
+// The sum of capacity_bytes over the CPUs: each CPU changes its share under its own
+// lock (add_capacity); read without a lock, it may be a grow or two behind.
+extern std::atomic<size_t> capacity_total_;
 // CPUs whose metadata prepare_cpu has backed (a bit each).
 extern std::atomic<uint64_t> cpu_prepared_[kMaxCpus / 64];
 
@@ -138,8 +145,15 @@ void prepare_slots(uint32_t c, CpuMeta& m, unsigned idx, uint32_t end);
 
 // capacity.cc: a miss of cls on CPU c grows the class (taking capacity from idle
 // classes when the budget is spent); the misses the capacity thief compares.
-void on_miss(uint32_t c, unsigned cls, bool alloc);
+// `from_depot`: a refill that a depot sheaf served (the objects came back through the
+// depot), which may grow the class past the CPU's budget (capacity.cc's lending).
+void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot = false);
 uint32_t misses_of(CpuMeta& m, unsigned cls);
+// A CPU's capacity_bytes changed by d bytes (its lock held), and the total with it.
+void add_capacity(CpuMeta& m, ptrdiff_t d);
+// Bytes of capacity CPU m holds past its budget that the CPUs together hold past
+// theirs (its lock held): what the decay tick takes back from it; 0 when none.
+size_t lent_excess(const CpuMeta& m);
 
 // percpu_sampling.cc: the heap profiler's streams of a CPU (sampler.h).
 void arm_sampling(uint32_t c, CpuMeta& m);

@@ -1,17 +1,24 @@
-// The CPU sheaves' capacity policy (core/alloc/percpu.cc): a class that misses takes
+// The CPU sheaves' capacity policy (core/alloc/capacity.cc): a class that misses takes
 // capacity from classes that stopped missing, and when every class keeps missing the
-// thief leaves them alone instead of passing capacity back and forth.
+// thief leaves them alone instead of passing capacity back and forth; a CPU whose
+// objects come back through the depot borrows the budget other CPUs leave unused, a
+// heap growing from the slabs does not, and a tick takes lent capacity back when the
+// CPUs together hold more than their budgets.
 #include <catch2/catch.hpp>
 #include <sched.h>
 
 #include <vector>
 
 #include "core/alloc/decay.h"
+#include "core/alloc/depot.h"
+#include "core/alloc/percpu_meta.h"
 #include "core/heap.h"
 #include "core/platform/config.h"
 #include "test/unit/own_ticks.h"
 
 using namespace uslab;
+using uslab::percpu_internal::capacity_total_;
+using uslab::percpu_internal::meta_;
 
 namespace {
 
@@ -43,6 +50,19 @@ uint64_t misses() {
   return n;
 }
 
+// For its lifetime the other CPUs seem to hold every budget: nothing is left to lend,
+// so that the thief alone decides (the churns below cycle objects through the depot,
+// which borrows where a budget is free).
+struct NothingToLend {
+  size_t pool = size_t{g_cpu_count > 4 ? g_cpu_count : 4} * percpu_stats().budget;
+  NothingToLend() { capacity_total_.fetch_add(pool); }
+  ~NothingToLend() { capacity_total_.fetch_sub(pool); }
+};
+
+// The capacity CPU `cpu` holds, in bytes (read without its lock: only this thread,
+// pinned there, changes it).
+size_t capacity_on(int cpu) { return meta_[cpu].capacity_bytes; }
+
 // `rounds` times, `count` objects of each size allocated, then freed.
 void churn(const std::vector<size_t>& sizes, size_t count, int rounds) {
   std::vector<void*> objs(count);
@@ -60,6 +80,7 @@ TEST_CASE("the capacity thief takes from idle classes and leaves busy ones alone
   if (!g_percpu) return;          // per-thread caches have no shared budget
   PinToCpu pin;
   OwnTicks ticks;
+  NothingToLend none;
   const size_t budget = percpu_stats().budget;
   // Sizes from 4 to 16 KiB: each class may cache 256 KiB, so that together they
   // want several budgets.
@@ -95,4 +116,96 @@ TEST_CASE("the capacity thief takes from idle classes and leaves busy ones alone
     percpu_class_stats(st);
     CHECK(st[cls].cpu_objects >= 192);
   }
+}
+
+namespace {
+
+// Objects of every class from 128 B up, 64 KiB of each (a depot keeps that much of a
+// class on any machine), until they add up to `bytes`: what a server's requests
+// cycle through its caches. Empty when the classes do not add up to it.
+std::vector<size_t> request_mix(size_t bytes) {
+  std::vector<size_t> sizes;
+  size_t total = 0;
+  for (unsigned cls = size_to_class(128); cls < kNumClasses && total < bytes; cls++)
+    for (size_t n = 0; n < (size_t{64} << 10) / class_size(cls) && total < bytes; n++) {
+      sizes.push_back(class_size(cls));
+      total += class_size(cls);
+    }
+  if (total < bytes) sizes.clear();
+  return sizes;
+}
+
+// `rounds` times, every size in `sizes` allocated, then all of them freed.
+void requests(const std::vector<size_t>& sizes, int rounds) {
+  std::vector<void*> objs(sizes.size());
+  for (int r = 0; r < rounds; r++) {
+    for (size_t i = 0; i < sizes.size(); i++) objs[i] = heap::alloc(sizes[i]);
+    for (void* p : objs) heap::free(p);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a CPU whose objects come back through the depot borrows unused budget") {
+  heap::free(heap::alloc(1000));
+  if (!g_percpu) return;
+  PinToCpu pin;
+  OwnTicks ticks;
+  heap::trim();  // every CPU's capacity back to its budget: all of it unused
+  const int cpu = sched_getcpu();
+  const size_t budget = percpu_stats().budget;
+  const std::vector<size_t> mix = request_mix(budget * 3 / 2);
+  if (mix.empty()) {
+    WARN("a budget of " << budget << " bytes is more than the classes' mix can want");
+    return;
+  }
+  const uint64_t borrows = percpu_stats().borrows;
+  requests(mix, 40);
+  INFO("capacity " << capacity_on(cpu) << " of a budget of " << budget);
+  CHECK(percpu_stats().borrows > borrows);
+  CHECK(capacity_on(cpu) > budget);
+
+  SECTION("a tick takes it back once the CPUs together hold more than their budgets") {
+    NothingToLend others_busy;
+    decay_tick_now();
+    CHECK(capacity_on(cpu) <= budget);
+  }
+  SECTION("a tick leaves it while they do not") {
+    const size_t held = capacity_on(cpu);
+    decay_tick_now();
+    CHECK(capacity_on(cpu) == held);
+  }
+  heap::trim();
+}
+
+TEST_CASE("a heap growing from the slabs does not borrow") {
+  heap::free(heap::alloc(1000));
+  if (!g_percpu) return;
+  PinToCpu pin;
+  OwnTicks ticks;
+  heap::trim();
+  const int cpu = sched_getcpu();
+  const size_t budget = percpu_stats().budget;
+  const std::vector<size_t> mix = request_mix(budget * 3 / 2);
+  if (mix.empty()) return;
+  requests(mix, 40);  // objects that came back through the depot, lately
+  heap::trim();
+  // A heap that grows: six budgets of new objects, held, every refill from the slabs.
+  std::vector<void*> held;
+  for (int r = 0; r < 4; r++)
+    for (size_t size : mix) held.push_back(heap::alloc(size));
+  // Then half of it freed and allocated again: refills that the depot serves, after
+  // hundreds from the slabs.
+  const uint64_t borrows = percpu_stats().borrows;
+  uint64_t depot_hits = 0;
+  for (unsigned cls = 1; cls < kNumClasses; cls++) depot_hits += depot_stats(cls).hits;
+  for (size_t i = 0; i < held.size(); i += 2) heap::free(held[i]);
+  for (size_t i = 0; i < held.size(); i += 2) held[i] = heap::alloc(mix[i % mix.size()]);
+  uint64_t depot_hits_now = 0;
+  for (unsigned cls = 1; cls < kNumClasses; cls++) depot_hits_now += depot_stats(cls).hits;
+  CHECK(depot_hits_now > depot_hits);
+  CHECK(percpu_stats().borrows == borrows);
+  CHECK(capacity_on(cpu) <= budget);
+  for (void* p : held) heap::free(p);
+  heap::trim();
 }
