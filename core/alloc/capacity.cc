@@ -3,9 +3,9 @@
 // classes that stopped missing when it does not (a second-chance clock with
 // hysteresis: the capacity thief). A CPU whose objects come back to it through the
 // depot borrows the budget other CPUs leave unused (the lender), up to kLendMax
-// budgets; the decay tick (percpu.cc) takes lent capacity back once the CPUs together
-// hold more than their budgets, drains idle classes and snapshots the misses the
-// thief compares.
+// budgets; the decay tick (percpu.cc) takes lent capacity back once the other CPUs
+// use their budgets, drains idle classes and snapshots the misses the thief
+// compares.
 // Locking: a CPU's capacity fields are guarded by its CpuMeta::lock; on_miss reads
 // a few of them without it first (see there). capacity_total_ is an atomic sum that
 // each CPU changes under its own lock: the lender's test of it is racy, and what two
@@ -26,12 +26,14 @@ void add_capacity(CpuMeta& m, ptrdiff_t d) {
 
 namespace {
 
-// A CPU may hold up to kLendMax budgets of capacity while the CPUs together stay
-// within theirs (kLendMax budgets at least, for machines of fewer CPUs). A server
-// handling one request at a time cycles its working set through a CPU's sheaves and
-// the depot (`bench requests`: 2 MiB of 16 B - 2 KiB objects a request, 1.6x
-// tcmalloc's time with a 1 MiB budget, level with 4 MiB) while the other CPUs'
-// budgets sit unused; bounded by the sum, many busy CPUs cache no more than before.
+// A CPU may hold up to kLendMax budgets of capacity while the other CPUs hold next to
+// nothing (a quarter of a budget), and otherwise what the CPUs' budgets together
+// leave it. A server handling one request at a time cycles its working set through
+// a CPU's sheaves and the depot (`bench requests`: 2 MiB of 16 B - 2 KiB objects a
+// request, 1.6x tcmalloc's time with a 1 MiB budget, level with 4 MiB) while the
+// other CPUs' budgets sit unused; bounded by the sum, many busy CPUs cache no more
+// than before (with a floor of kLendMax budgets for all, larson's two threads on
+// two CPUs borrowed each other's and peaked 1.5 MiB higher).
 // Only a CPU whose refills a depot sheaf served lately borrows (`reuse`: +1 for such
 // a refill, -kSlabRefill for one from the slabs, within ±kReuseCap; at least
 // kReuseToBorrow): its objects come back and are handed out again, and a bigger
@@ -42,16 +44,21 @@ namespace {
 constexpr size_t kLendMax = 4;
 constexpr int32_t kSlabRefill = 8, kReuseCap = 256, kReuseToBorrow = 64;
 
-size_t pool_bytes() { return size_t{g_cpu_count > kLendMax ? g_cpu_count : kLendMax} * budget_; }
+// The most capacity a CPU holding `mine` bytes may hold (at least its budget).
+size_t lend_limit(size_t mine) {
+  size_t total = capacity_total_.load(std::memory_order_relaxed);
+  size_t others = total > mine ? total - mine : 0;
+  if (others <= budget_ / 4) return kLendMax * budget_;
+  size_t pool = size_t{g_cpu_count} * budget_, room = pool > others ? pool - others : 0;
+  return room < budget_ ? budget_ : room > kLendMax * budget_ ? kLendMax * budget_ : room;
+}
 
 }  // namespace
 
 size_t lent_excess(const CpuMeta& m) {
   if (m.capacity_bytes <= budget_) return 0;
-  size_t total = capacity_total_.load(std::memory_order_relaxed), pool = pool_bytes();
-  if (total <= pool) return 0;
-  size_t lent = m.capacity_bytes - budget_;
-  return lent < total - pool ? lent : total - pool;
+  size_t limit = lend_limit(m.capacity_bytes);
+  return m.capacity_bytes > limit ? m.capacity_bytes - limit : 0;
 }
 
 uint32_t misses_of(CpuMeta& m, unsigned cls) {
@@ -150,9 +157,8 @@ void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot) {
     size_t limit = m.capacity_bytes > budget_ ? m.capacity_bytes : budget_;
     if (from_depot && m.reuse.load(std::memory_order_relaxed) >= kReuseToBorrow &&
         m.capacity_bytes + need > budget_ &&
-        m.capacity_bytes + need <= kLendMax * budget_ &&
-        capacity_total_.load(std::memory_order_relaxed) + need <= pool_bytes())
-      limit = kLendMax * budget_;
+        m.capacity_bytes + need <= lend_limit(m.capacity_bytes))
+      limit = m.capacity_bytes + need;
     while (m.capacity_bytes + need > limit && m.steal_wait[cls] == 0 && steal(c, m, cls)) {
     }
     if (m.capacity_bytes + need > limit) {

@@ -151,8 +151,8 @@ void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot = false);
 uint32_t misses_of(CpuMeta& m, unsigned cls);
 // A CPU's capacity_bytes changed by d bytes (its lock held), and the total with it.
 void add_capacity(CpuMeta& m, ptrdiff_t d);
-// Bytes of capacity CPU m holds past its budget that the CPUs together hold past
-// theirs (its lock held): what the decay tick takes back from it; 0 when none.
+// Bytes of lent capacity CPU m holds that the other CPUs now use (its lock held):
+// what the decay tick takes back from it; 0 when none.
 size_t lent_excess(const CpuMeta& m);
 
 // percpu_sampling.cc: the heap profiler's streams of a CPU (sampler.h).
