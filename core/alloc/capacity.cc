@@ -40,11 +40,13 @@ namespace {
 // sheaf saves a depot round trip per batch. A heap that grows from the slabs gains
 // nothing from it, and the objects it caches pin slabs: the `bench rss` frag peak
 // grew 8% with a 4 MiB budget for every refill, 6% when every depot-served refill
-// borrowed. With -8 a slab refill and 64 to borrow, frag's phases still borrowed
-// 150-220 times a run; with these weights 0-60, while each request of `bench
-// requests` borrows from its third on.
+// borrowed. With these weights frag's phases still borrow (150-220 times a run) with
+// its peak within the runs' spread (195-209 MiB with and without); -32 a slab
+// refill and 192 to borrow brought that to 0-60, but the refills from the slabs
+// after each decay tick's trim then kept `bench requests` from borrowing again
+// (1.34x tcmalloc's request time after 30 ms pauses, 1.03x with these).
 constexpr size_t kLendMax = 4;
-constexpr int32_t kSlabRefill = 32, kReuseCap = 256, kReuseToBorrow = 192;
+constexpr int32_t kSlabRefill = 8, kReuseCap = 256, kReuseToBorrow = 64;
 
 // The most capacity a CPU holding `mine` bytes may hold (at least its budget).
 size_t lend_limit(size_t mine) {
