@@ -515,7 +515,7 @@ void release_idle_slot_pages(uint32_t c, CpuMeta& m) {
 // Drains classes of CPU c (its lock held) until it holds no lent capacity that the
 // other CPUs now use (lent_excess): those that did not miss in the last tick first,
 // the others only when they are not enough.
-void give_back_lent(uint32_t c, CpuMeta& m, const HeaderSet& missed) {
+void give_back_lent(uint32_t c, CpuMeta& m, const HeaderSet& missed) USLAB_REQUIRES(m.lock) {
   size_t excess = lent_excess(m), taken = 0;
   if (excess == 0) return;
   HeaderSet give;

@@ -150,10 +150,10 @@ void prepare_slots(uint32_t c, CpuMeta& m, unsigned idx, uint32_t end);
 void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot = false);
 uint32_t misses_of(CpuMeta& m, unsigned cls);
 // A CPU's capacity_bytes changed by d bytes (its lock held), and the total with it.
-void add_capacity(CpuMeta& m, ptrdiff_t d);
+void add_capacity(CpuMeta& m, ptrdiff_t d) USLAB_REQUIRES(m.lock);
 // Bytes of lent capacity CPU m holds that the other CPUs now use (its lock held):
 // what the decay tick takes back from it; 0 when none.
-size_t lent_excess(const CpuMeta& m);
+size_t lent_excess(const CpuMeta& m) USLAB_REQUIRES(m.lock);
 
 // percpu_sampling.cc: the heap profiler's streams of a CPU (sampler.h).
 void arm_sampling(uint32_t c, CpuMeta& m);

@@ -59,9 +59,11 @@ struct NothingToLend {
   ~NothingToLend() { capacity_total_.fetch_sub(pool); }
 };
 
-// The capacity CPU `cpu` holds, in bytes (read without its lock: only this thread,
-// pinned there, changes it).
-size_t capacity_on(int cpu) { return meta_[cpu].capacity_bytes; }
+// The capacity CPU `cpu` holds, in bytes.
+size_t capacity_on(int cpu) {
+  LockGuard g(meta_[cpu].lock);
+  return meta_[cpu].capacity_bytes;
+}
 
 // `rounds` times, `count` objects of each size allocated, then freed.
 void churn(const std::vector<size_t>& sizes, size_t count, int rounds) {
