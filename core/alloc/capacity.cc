@@ -40,11 +40,10 @@ namespace {
 // sheaf saves a depot round trip per batch. A heap that grows from the slabs gains
 // nothing from it, and the objects it caches pin slabs: the `bench rss` frag peak
 // grew 8% with a 4 MiB budget for every refill, 6% when every depot-served refill
-// borrowed. With these weights frag's phases still borrow (150-220 times a run) with
-// its peak within the runs' spread (195-209 MiB with and without); -32 a slab
-// refill and 192 to borrow brought that to 0-60, but the refills from the slabs
-// after each decay tick's trim then kept `bench requests` from borrowing again
-// (1.34x tcmalloc's request time after 30 ms pauses, 1.03x with these).
+// borrowed; with these weights its peak stays within the runs' spread. Stricter
+// weights are worse: the slab refills that follow each decay tick's trim would keep
+// a server's requests from borrowing again (1.34x tcmalloc's request time after
+// 30 ms pauses against 1.03x).
 constexpr size_t kLendMax = 4;
 constexpr int32_t kSlabRefill = 8, kReuseCap = 256, kReuseToBorrow = 64;
 

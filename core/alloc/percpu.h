@@ -156,7 +156,8 @@ void percpu_drain_class(unsigned cls);
 // capacity (objects kept through light use pinned slabs that were otherwise free
 // after a peak). One that missed cycled through its sheaf: what it holds is what it
 // uses next, and stays. A CPU holding lent capacity (capacity.cc) that the other
-// CPUs now use gives it back: its classes that did not miss are drained first. Remote-node buffers are flushed.
+// CPUs now use gives it back: its classes that did not miss are drained first.
+// Remote-node buffers are flushed.
 void percpu_decay_sheaves();
 // Arms the heap profiler's sampling streams of every CPU in use (sampler.h), as
 // sampling turns on: a CPU armed only at its next carry would sample nothing of its

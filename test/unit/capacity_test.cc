@@ -137,6 +137,13 @@ std::vector<size_t> request_mix(size_t bytes) {
   return sizes;
 }
 
+// Refills the depots served, over every class and shard.
+uint64_t depot_hits() {
+  uint64_t n = 0;
+  for (unsigned cls = 1; cls < kNumClasses; cls++) n += depot_stats(cls).hits;
+  return n;
+}
+
 // `rounds` times, every size in `sizes` allocated, then all of them freed.
 void requests(const std::vector<size_t>& sizes, int rounds) {
   std::vector<void*> objs(sizes.size());
@@ -199,13 +206,10 @@ TEST_CASE("a heap growing from the slabs does not borrow") {
   // Then half of it freed and allocated again: refills that the depot serves, after
   // hundreds from the slabs.
   const uint64_t borrows = percpu_stats().borrows;
-  uint64_t depot_hits = 0;
-  for (unsigned cls = 1; cls < kNumClasses; cls++) depot_hits += depot_stats(cls).hits;
+  const uint64_t hits = depot_hits();
   for (size_t i = 0; i < held.size(); i += 2) heap::free(held[i]);
   for (size_t i = 0; i < held.size(); i += 2) held[i] = heap::alloc(mix[i % mix.size()]);
-  uint64_t depot_hits_now = 0;
-  for (unsigned cls = 1; cls < kNumClasses; cls++) depot_hits_now += depot_stats(cls).hits;
-  CHECK(depot_hits_now > depot_hits);
+  CHECK(depot_hits() > hits);
   CHECK(percpu_stats().borrows == borrows);
   CHECK(capacity_on(cpu) <= budget);
   for (void* p : held) heap::free(p);
