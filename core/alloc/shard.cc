@@ -11,6 +11,7 @@ USLAB_LARGE_ZERO constinit uint8_t g_cpu_shard[kTopoMaxCpus];
 constinit uint8_t g_shard_node[kMaxShards];
 constinit uint32_t g_cpu_shard_span = 0;
 constinit uint8_t g_shard_used[kMaxShards] = {};
+constinit uint32_t g_shards_used = 0;
 
 namespace {
 

@@ -108,12 +108,19 @@ void topology_adopt(const Topology& t);
 // lists' and page heap's pages and make them resident for nothing (megabytes on a
 // machine of many shards, for a program that used one).
 extern uint8_t g_shard_used[kMaxShards] USLAB_HIDDEN;
+extern uint32_t g_shards_used USLAB_HIDDEN;  // how many are marked
 inline void note_shard_used(unsigned sh) {
-  if (!__atomic_load_n(&g_shard_used[sh], __ATOMIC_RELAXED))
-    __atomic_store_n(&g_shard_used[sh], 1, __ATOMIC_RELEASE);
+  if (!__atomic_load_n(&g_shard_used[sh], __ATOMIC_RELAXED) &&
+      __atomic_exchange_n(&g_shard_used[sh], 1, __ATOMIC_ACQ_REL) == 0)
+    __atomic_add_fetch(&g_shards_used, 1, __ATOMIC_RELAXED);
 }
 inline bool shard_used(unsigned sh) {
   return __atomic_load_n(&g_shard_used[sh], __ATOMIC_ACQUIRE) != 0;
+}
+// Shards that ever held memory (at least 1).
+inline unsigned shards_used() {
+  uint32_t n = __atomic_load_n(&g_shards_used, __ATOMIC_RELAXED);
+  return n ? n : 1;
 }
 // fn(shard) for every shard used.
 template <typename Fn>

@@ -81,6 +81,40 @@ TEST_CASE("a depot keeps at most depot_max_full sheaves; the rest go to the slab
   CHECK(out_of_slabs(cls) == out - (max + 2) * n);
 }
 
+TEST_CASE("the depots' bound is shared over the shards that held memory, not all shards") {
+  // A program on one CPU of 16 kept 64 KiB a class in its one depot: what it freed
+  // beyond went to the slabs and came back from there on the next request.
+  const unsigned cls = size_to_class(1500);
+  const size_t sheaf = size_t{batch_size(cls)} * class_size(cls);
+  auto expect = [&](unsigned used) {
+    size_t bytes = std::max((size_t{256} << 10) / used, size_t{64} << 10);
+    return static_cast<uint32_t>(std::max<size_t>(bytes / sheaf, 1));
+  };
+  const unsigned used = shards_used(), before = shard_count();
+  CHECK(depot_max_full(cls) == expect(used));
+  if (before + 4 > kMaxShards) {
+    WARN("no room for four more shards");
+    return;
+  }
+  static Topology more;  // 4 KiB: not on the stack
+  char description[32];
+  snprintf(description, sizeof description, "pu:%u", (before + 4) * shard_cpus());
+  REQUIRE(hwloc_synthetic(description, &more));
+  RestoreTopology restore;
+  topology_adopt(more);
+  REQUIRE(shard_count() >= before + 4);
+  // More shards that hold nothing leave the bound as it was.
+  CHECK(shards_used() == used);
+  CHECK(depot_max_full(cls) == expect(used));
+  // A new shard that carves a slab shares it; marking it again counts it once.
+  void* own;
+  REQUIRE(g_central[before][cls].alloc_batch(cls, &own, 1) == 1);
+  note_shard_used(before);
+  CHECK(shards_used() == used + 1);
+  CHECK(depot_max_full(cls) == expect(used + 1));
+  central_free(cls, &own, 1);
+}
+
 TEST_CASE("the decay tick returns the sheaves that no take reached over its last ticks") {
   OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(208);
