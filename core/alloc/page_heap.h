@@ -39,7 +39,8 @@
 // buffer sized for the worst case) would hold memory it never touched (`uslab bench
 // drift`). So a segment is advised MADV_HUGEPAGE when it is dense: all its pages in use
 // (all but fewer than kThpFullSlack), and at least kThpDenseEighths/8 of those in use
-// before the span that filled it resident (mincore). Those pages are 4 KiB ones
+// before the span that filled it resident (mincore; a segment found sparse is
+// measured again a decay tick later at the earliest). Those pages are 4 KiB ones
 // already, which khugepaged would collapse at its own pace (16 MiB every 10 s by
 // default): the whole 2 MiB blocks before that last span are queued for MADV_COLLAPSE
 // (not the span's own: the program may never touch all of it). The background thread

@@ -137,6 +137,7 @@ struct Segment {
   bool huge;            // normal: advised MADV_HUGEPAGE (page_heap.h; its heap's lock)
   bool collapse_queued;  // normal: waits for MADV_COLLAPSE (page_heap.h; its heap's lock)
   bool collapsing;       // normal: MADV_COLLAPSE runs on it, not to be unmapped (ditto)
+  uint64_t sparse_at_ms;  // normal: when a fill last measured it sparse (page_heap.h; ditto)
   // Normal: the size class of each page's slab, written with the page's page-map
   // entry when the slab is carved and left stale after it is freed (the entry is
   // the authority). Found by masking a pointer, a page's class costs one load where

@@ -419,6 +419,35 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   CHECK_FALSE(ph.collapse_one());
 }
 
+TEST_CASE("a segment measured sparse is measured again a decay tick later, not sooner") {
+  config_init();
+  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) return;  // nothing measured
+  PageHeap ph{Mutex::kUnranked};
+  bool z;
+  // Full of spans never written: sparse.
+  std::vector<Span*> spans = fill_segment(ph, false);
+  Segment* seg = spans[0]->segment;
+  REQUIRE_FALSE(seg->huge);
+  REQUIRE(seg->sparse_at_ms != 0);
+  // Written, emptied and filled again within the tick: not measured, so not advised.
+  memset(spans[0]->start, 1, spans[0]->bytes());
+  const size_t rest = spans[1]->npages;
+  ph.free(spans[1]);
+  spans[1] = ph.alloc(rest, 1, SpanKind::kLarge, &z);
+  REQUIRE(spans[1]->segment == seg);
+  CHECK_FALSE(seg->huge);
+  // A tick later the next fill measures it: dense now.
+  seg->sparse_at_ms -= decay_tick_ms();
+  ph.free(spans[1]);
+  spans[1] = ph.alloc(rest, 1, SpanKind::kLarge, &z);
+  REQUIRE(spans[1]->segment == seg);
+  CHECK(seg->huge);
+  CHECK(seg->sparse_at_ms == 0);
+  for (Span* s : spans) ph.free(s);
+  ph.purge(true);
+  REQUIRE(ph.stats().segments == 0);
+}
+
 TEST_CASE("an aligned mapping needs no more address space than its size") {
   // A segment S, then 2 MiB right below it (mmap places new mappings top-down): the
   // kernel's first choice for the next 4 MiB is then 2 MiB off alignment. With room
