@@ -55,21 +55,44 @@ void CentralList::add_free(ptrdiff_t d) {
       d * static_cast<ptrdiff_t>(class_size(size_class())), std::memory_order_relaxed);
 }
 
-// Carve a slab for cls: pages from the page heap, descriptor and page map filled in
-// before any other thread can see it. Runs without the class lock.
-Span* CentralList::new_slab(unsigned cls) {
+// Slabs for cls enough for `need` objects (kMaxFreshSlabs at most): pages from the
+// page heap, descriptor and page map filled in before any other thread can see them,
+// without the class lock; then on the partial list under it, which is held on return.
+// Several come from one page-heap lock (a refill of 16 objects of 1 KiB carved two
+// slabs of 8, each under its own lock, and took the class lock again for each).
+size_t CentralList::carve_slabs(unsigned cls, size_t need) {
   note_shard_used(shard());
   const SizeClassInfo& info = class_info(cls);
+  PageHeap& heap = g_page_heap[shard()];
+  Span* fresh[kMaxFreshSlabs];
+  size_t want = 1;
+  while (want < kMaxFreshSlabs && want * info.objects < need) want++;
   bool zeroed;
-  Span* s = g_page_heap[shard()].alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
-  if (!s) return nullptr;
+  fresh[0] = heap.alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
+  size_t got = fresh[0] != nullptr;
+  // The first may come from another heap's surplus: the rest only from this one.
+  if (got && want > 1 && &page_heap_of(fresh[0]) == &heap)
+    got += heap.alloc_more(info.slab_pages, SpanKind::kSlab, fresh + 1, want - 1);
+  size_t k = 0;
+  for (size_t i = 0; i < got; i++)
+    if (init_slab(cls, fresh[i])) fresh[k++] = fresh[i];
+    else page_heap_of(fresh[i]).free(fresh[i]);  // its capacity is still 0: no bitmap to drop
+  lock_.lock();
+  slabs_ += k;
+  for (size_t i = k; i-- > 0;) {  // the lowest address first
+    partial_.push_front(fresh[i]);
+    fresh[i]->on_partial = 1;
+  }
+  add_free(static_cast<ptrdiff_t>(k * info.objects));
+  return k;
+}
+
+bool CentralList::init_slab(unsigned cls, Span* s) {
+  const SizeClassInfo& info = class_info(cls);
   uint64_t* bitmap = s->inline_bitmap;
   if (Span::external_bitmap(info.objects)) {
     bitmap = page_heap_of(s).alloc_bitmap();
-    if (!bitmap) {
-      page_heap_of(s).free(s);  // its capacity is still 0: no bitmap to drop with it
-      return nullptr;
-    }
+    if (!bitmap) return false;
     s->inline_bitmap[0] = reinterpret_cast<uintptr_t>(bitmap);
   } else {
     memset(bitmap, 0, sizeof s->inline_bitmap);
@@ -101,7 +124,7 @@ Span* CentralList::new_slab(unsigned cls) {
                                                     std::memory_order_relaxed);
     PageMap::set(s->start + (size_t{i} << kPageShift), s, cls);  // publishes the class too
   }
-  return s;
+  return true;
 }
 
 // Pops up to n free objects of slab s in address order (touches memory in order).
@@ -230,13 +253,7 @@ size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
         asked_others = true;
         if (size_t k = borrow(cls, out + got, n - got)) return handed_out(cls, out, got + k);
       }
-      Span* fresh = new_slab(cls);
-      lock_.lock();
-      if (!fresh) break;
-      slabs_++;
-      add_free(fresh->free_count);
-      partial_.push_front(fresh);
-      fresh->on_partial = 1;
+      if (!carve_slabs(cls, n - got)) break;
     }
     got += take_partial(out + got, n - got);
   }

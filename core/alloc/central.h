@@ -83,8 +83,14 @@ class alignas(64) CentralList {
 
  private:
   static constexpr size_t kLendReserveSlabs = 2;
+  static constexpr size_t kMaxFreshSlabs = 4;  // carved for one refill at most
 
-  Span* new_slab(unsigned cls);
+  // New slabs for `need` objects on the partial list (central.cc); called without the
+  // lock, returns with it held; how many (0 when memory cannot be had).
+  size_t carve_slabs(unsigned cls, size_t need) USLAB_ACQUIRE(lock_);
+  // The class's descriptor fields, bitmap and page map of span s; false when its
+  // external bitmap cannot be had.
+  bool init_slab(unsigned cls, Span* s);
   size_t take_from(Span* s, void** out, size_t n);
   // Up to n objects from the partial slabs (not the spare); lock held.
   size_t take_partial(void** out, size_t n) USLAB_REQUIRES(lock_);

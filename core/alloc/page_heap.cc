@@ -196,6 +196,15 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
   return nullptr;
 }
 
+size_t PageHeap::alloc_more(size_t npages, SpanKind kind, Span** out, size_t n) {
+  if (!limit_admit((npages * n) << kPageShift)) return 0;
+  LockGuard g(lock_);
+  size_t got = 0;
+  bool zeroed;
+  while (got < n && (out[got] = alloc_locked(npages, 1, kind, &zeroed, false))) got++;
+  return got;
+}
+
 Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed,
                              bool grow) {
   USLAB_DCHECK(lock_.held());

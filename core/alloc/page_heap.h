@@ -132,6 +132,9 @@ class alignas(64) PageHeap {
   // heap does (purge_short). The memory limit is asked first (memory_limit.h: a hard
   // limit's refusal is a nullptr); the caller holds no lock.
   Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
+  // Up to n more spans of npages pages from this heap's free spans under one lock
+  // (the slabs of a refill after the first): no other heap, no new segment; how many.
+  size_t alloc_more(size_t npages, SpanKind kind, Span** out, size_t n);
   // Give back a slab or large span (its page-map interior must be cleared by then
   // for large spans; slab interiors are cleared here).
   void free(Span* s) { free(&s, 1); }

@@ -448,6 +448,37 @@ TEST_CASE("a segment measured sparse is measured again a decay tick later, not s
   REQUIRE(ph.stats().segments == 0);
 }
 
+TEST_CASE("alloc_more takes this heap's free spans only, as many as fit") {
+  PageHeap ph{Mutex::kUnranked};
+  Span* out[4];
+  // Nothing free: no segment is mapped for it.
+  CHECK(ph.alloc_more(2, SpanKind::kSlab, out, 4) == 0);
+  CHECK(ph.stats().segments == 0);
+  bool z;
+  Span* first = ph.alloc(2, 1, SpanKind::kSlab, &z);  // maps one
+  REQUIRE(first != nullptr);
+  REQUIRE(ph.alloc_more(2, SpanKind::kSlab, out, 4) == 4);
+  std::vector<Span*> spans = {first, out[0], out[1], out[2], out[3]};
+  for (size_t i = 0; i < spans.size(); i++) {
+    CHECK(spans[i]->npages == 2);
+    CHECK(spans[i]->kind == SpanKind::kSlab);
+    CHECK(spans[i]->segment == first->segment);
+    for (size_t j = 0; j < i; j++)  // disjoint
+      CHECK((spans[i]->start + spans[i]->bytes() <= spans[j]->start ||
+             spans[j]->start + spans[j]->bytes() <= spans[i]->start));
+  }
+  // What is left of the segment serves fewer than asked, and no second one is mapped.
+  Span* rest = ph.alloc(PageHeap::kMaxPages - 10 - 3, 1, SpanKind::kLarge, &z);
+  REQUIRE(rest->segment == first->segment);
+  CHECK(ph.alloc_more(2, SpanKind::kSlab, out, 4) == 1);
+  spans.push_back(out[0]);
+  CHECK(ph.stats().segments == 1);
+  spans.push_back(rest);
+  for (Span* s : spans) ph.free(s);
+  ph.purge(true);
+  REQUIRE(ph.stats().segments == 0);
+}
+
 TEST_CASE("an aligned mapping needs no more address space than its size") {
   // A segment S, then 2 MiB right below it (mmap places new mappings top-down): the
   // kernel's first choice for the next 4 MiB is then 2 MiB off alignment. With room
