@@ -25,7 +25,7 @@ def bench_micro(args, allocs, out):
     alternate(allocs, args.rounds, one)
     peers = [a for a in allocs if a != "uslab"]
     print(f"Command: tools/uslab bench micro --rounds {args.rounds} (N = {args.n}, "
-          f"{args.reps} repetitions per run)\n")
+          f"{args.reps} repetitions per run; N x alloc writes one byte of each object)\n")
     for test in ("N x alloc", "N x free", "alloc/free pair"):
         print(f"### {test} — cycles per operation, median (min)\n")
         print("| size | " + " | ".join(allocs) + " | " +
