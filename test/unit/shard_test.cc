@@ -185,17 +185,8 @@ TEST_CASE("the walks over the shards leave the shards never used untouched") {
   // resident after one decay tick: the tick locked every shard's depots and central
   // lists, and the locks' writes backed their pages.
   const unsigned before = shard_count();
-  if (before + 4 > kMaxShards) {
-    WARN("no room for four more shards");
-    return;
-  }
-  static Topology more;  // 4 KiB: not on the stack
-  char description[32];
-  snprintf(description, sizeof description, "pu:%u", (before + 4) * shard_cpus());
-  REQUIRE(hwloc_synthetic(description, &more));
   RestoreTopology restore;
-  topology_adopt(more);
-  REQUIRE(shard_count() >= before + 4);
+  if (!adopt_more_shards(4)) return;
   // Whole OS pages inside one of the shard's arrays that were written: mapped to a
   // page of their own, not the kernel's shared zero page that reads map (other shards
   // read a central list's free count and a page heap's free pages when they look for

@@ -44,3 +44,20 @@ inline void ensure_two_shards() {
   }
   REQUIRE(uslab::shard_count() >= 2);
 }
+
+// Adopts a synthetic machine of k more shards than the map has, for a test that
+// holds a RestoreTopology; false, with a warning, when kMaxShards leaves no room.
+inline bool adopt_more_shards(unsigned k) {
+  const unsigned before = uslab::shard_count();
+  if (before + k > uslab::kMaxShards) {
+    WARN("no room for more shards");
+    return false;
+  }
+  static uslab::Topology more;  // 4 KiB: not on the stack
+  char description[32];
+  snprintf(description, sizeof description, "pu:%u", (before + k) * uslab::shard_cpus());
+  REQUIRE(hwloc_synthetic(description, &more));
+  uslab::topology_adopt(more);
+  REQUIRE(uslab::shard_count() >= before + k);
+  return true;
+}
