@@ -27,13 +27,15 @@ void add_capacity(CpuMeta& m, ptrdiff_t d) {
 namespace {
 
 // A CPU may hold up to kLendMax budgets of capacity while the other CPUs hold next to
-// nothing (a quarter of a budget), and otherwise what the CPUs' budgets together
-// leave it. A server handling one request at a time cycles its working set through
-// a CPU's sheaves and the depot (`bench requests`: 2 MiB of 16 B - 2 KiB objects a
-// request, 1.6x tcmalloc's time with a 1 MiB budget, level with 4 MiB) while the
-// other CPUs' budgets sit unused; bounded by the sum, many busy CPUs cache no more
-// than before (with a floor of kLendMax budgets for all, larson's two threads on
-// two CPUs borrowed each other's and peaked 1.5 MiB higher).
+// nothing (a quarter of a budget), and otherwise what kLendMax budgets (the CPUs'
+// budgets, on fewer CPUs) leave it. A server handling one request at a time cycles
+// its working set through a CPU's sheaves and the depot (`bench requests`: 2 MiB of
+// 16 B - 2 KiB objects a request, 1.6x tcmalloc's time with a 1 MiB budget, level
+// with 4 MiB) while the other CPUs' budgets sit unused; a program that keeps several
+// CPUs busy caches no more than before: bounded by all the CPUs' budgets instead,
+// larson's 8 threads on 16 CPUs each borrowed an idle CPU's budget and peaked at
+// 22.5 MiB against 18.9, no faster (with a floor of kLendMax budgets for all,
+// larson's two threads on two CPUs borrowed each other's, 1.5 MiB higher).
 // Only a CPU whose refills a depot sheaf served lately borrows (`reuse`: +1 for such
 // a refill, -kSlabRefill for one from the slabs, within ±kReuseCap; at least
 // kReuseToBorrow): its objects come back and are handed out again, and a bigger
@@ -44,23 +46,24 @@ namespace {
 // weights are worse: the slab refills that follow each decay tick's trim would keep
 // a server's requests from borrowing again (1.34x tcmalloc's request time after
 // 30 ms pauses against 1.03x).
-constexpr size_t kLendMax = 4;
 constexpr int32_t kSlabRefill = 8, kReuseCap = 256, kReuseToBorrow = 64;
 
-// The most capacity a CPU holding `mine` bytes may hold (at least its budget).
-size_t lend_limit(size_t mine) {
-  size_t total = capacity_total_.load(std::memory_order_relaxed);
-  size_t others = total > mine ? total - mine : 0;
-  if (others <= budget_ / 4) return kLendMax * budget_;
-  size_t pool = size_t{g_cpu_count} * budget_, room = pool > others ? pool - others : 0;
-  return room < budget_ ? budget_ : room > kLendMax * budget_ ? kLendMax * budget_ : room;
+size_t lend_limit_now(size_t mine) {
+  return lend_limit(mine, capacity_total_.load(std::memory_order_relaxed), g_cpu_count, budget_);
 }
 
 }  // namespace
 
+size_t lend_limit(size_t mine, size_t total, unsigned cpus, size_t budget) {
+  const size_t others = total > mine ? total - mine : 0;
+  if (others <= budget / 4) return kLendMax * budget;
+  const size_t pool = (cpus < kLendMax ? cpus : kLendMax) * budget;
+  return pool > others + budget ? pool - others : budget;
+}
+
 size_t lent_excess(const CpuMeta& m) {
   if (m.capacity_bytes <= budget_) return 0;
-  size_t limit = lend_limit(m.capacity_bytes);
+  size_t limit = lend_limit_now(m.capacity_bytes);
   return m.capacity_bytes > limit ? m.capacity_bytes - limit : 0;
 }
 
@@ -160,7 +163,7 @@ void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot) {
     size_t limit = m.capacity_bytes > budget_ ? m.capacity_bytes : budget_;
     if (from_depot && m.reuse.load(std::memory_order_relaxed) >= kReuseToBorrow &&
         m.capacity_bytes + need > budget_ &&
-        m.capacity_bytes + need <= lend_limit(m.capacity_bytes))
+        m.capacity_bytes + need <= lend_limit_now(m.capacity_bytes))
       limit = m.capacity_bytes + need;
     while (m.capacity_bytes + need > limit && m.steal_wait[cls] == 0 && steal(c, m, cls)) {
     }

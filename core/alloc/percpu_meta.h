@@ -151,6 +151,10 @@ void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot = false);
 uint32_t misses_of(CpuMeta& m, unsigned cls);
 // A CPU's capacity_bytes changed by d bytes (its lock held), and the total with it.
 void add_capacity(CpuMeta& m, ptrdiff_t d) USLAB_REQUIRES(m.lock);
+// The most capacity a CPU holding `mine` bytes may hold while all `cpus` CPUs hold
+// `total` (capacity.cc's lending): at least `budget`, at most kLendMax budgets.
+constexpr size_t kLendMax = 4;
+size_t lend_limit(size_t mine, size_t total, unsigned cpus, size_t budget);
 // Bytes of lent capacity CPU m holds that the other CPUs now use (its lock held):
 // what the decay tick takes back from it; 0 when none.
 size_t lent_excess(const CpuMeta& m) USLAB_REQUIRES(m.lock);

@@ -155,6 +155,22 @@ void requests(const std::vector<size_t>& sizes, int rounds) {
 
 }  // namespace
 
+TEST_CASE("a CPU borrows what kLendMax budgets leave, never what busy CPUs hold") {
+  using percpu_internal::kLendMax;
+  using percpu_internal::lend_limit;
+  const size_t b = size_t{1} << 20;
+  // The other CPUs next to idle: kLendMax budgets, on any number of CPUs.
+  CHECK(lend_limit(b, b + b / 4, 2, b) == kLendMax * b);
+  CHECK(lend_limit(2 * b, 2 * b, 16, b) == kLendMax * b);
+  // A thread that left one CPU holding its budget: what the rest of the pool leaves.
+  CHECK(lend_limit(b, 2 * b, 16, b) == 3 * b);
+  CHECK(lend_limit(b, 2 * b, 2, b) == b);  // two CPUs: their two budgets
+  CHECK(lend_limit(b, 2 * b, 3, b) == 2 * b);
+  // 8 of 16 CPUs busy (larson's 8 threads): nothing lent, though 8 budgets sit unused.
+  CHECK(lend_limit(b, 8 * b, 16, b) == b);
+  CHECK(lend_limit(b, 4 * b, 16, b) == b);
+}
+
 TEST_CASE("a CPU whose objects come back through the depot borrows unused budget") {
   heap::free(heap::alloc(1000));
   if (!g_percpu) return;
