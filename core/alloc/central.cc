@@ -41,6 +41,25 @@ void report_bad_free(const void* p, const char* what, unsigned cls) {
   abort_if_configured();
 }
 
+void CentralList::push_spare(Span* s) {
+  if (spares_.empty()) {
+    const unsigned c = size_class();
+    g_central_free_bytes[shard()].spare_classes[c / 64].fetch_or(uint64_t{1} << (c % 64),
+                                                                 std::memory_order_relaxed);
+  }
+  spares_.push_front(s);
+}
+
+Span* CentralList::pop_spare() {
+  Span* s = spares_.pop_front();
+  if (s && spares_.empty()) {
+    const unsigned c = size_class();
+    g_central_free_bytes[shard()].spare_classes[c / 64].fetch_and(~(uint64_t{1} << (c % 64)),
+                                                                  std::memory_order_relaxed);
+  }
+  return s;
+}
+
 unsigned CentralList::shard() const {
   return static_cast<unsigned>((this - &g_central[0][0]) / kMaxClasses);
 }
@@ -62,6 +81,7 @@ void CentralList::add_free(ptrdiff_t d) {
 // slabs of 8, each under its own lock, and took the class lock again for each).
 size_t CentralList::carve_slabs(unsigned cls, size_t need) {
   note_shard_used(shard());
+  page_heap_set_spare_reclaim(central_reclaim_spares);  // spares come from carved slabs
   const SizeClassInfo& info = class_info(cls);
   PageHeap& heap = g_page_heap[shard()];
   Span* fresh[kMaxFreshSlabs];
@@ -191,13 +211,13 @@ size_t handed_out(unsigned cls, void* const* out, size_t n) {
 void CentralList::check_slab_locked(const Span* s) const {
 #if USLAB_DEBUG_CHECKS
   USLAB_DCHECK(lock_.held());
-  // Its bitmap has one bit per free object; it is on the partial list exactly when
-  // it has free objects and is not the spare.
+  // Its bitmap has one bit per free object; it is on the partial list when it has
+  // free objects, unless it is a spare (all free).
   const uint64_t* bitmap = const_cast<Span*>(s)->bitmap();
   size_t bits = 0;
   for (size_t w = 0; w < (s->capacity + 63u) / 64; w++) bits += __builtin_popcountll(bitmap[w]);
   USLAB_DCHECK(bits == s->free_count && s->free_count <= s->capacity);
-  USLAB_DCHECK(s->on_partial == (s->free_count > 0 && s != spare_));
+  USLAB_DCHECK(s->on_partial ? s->free_count > 0 : s->free_count == 0 || s->free_count == s->capacity);
 #else
   (void)s;
 #endif
@@ -243,10 +263,9 @@ size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
   size_t got = take_partial(out, n);
   bool asked_others = false;
   while (got < n) {
-    if (spare_) {
-      partial_.push_front(spare_);
-      spare_->on_partial = 1;
-      spare_ = nullptr;
+    if (Span* spare = pop_spare()) {
+      partial_.push_front(spare);
+      spare->on_partial = 1;
     } else {
       lock_.unlock();
       if (!asked_others) {
@@ -262,8 +281,6 @@ size_t CentralList::alloc_batch(unsigned cls, void** out, size_t n) {
 }
 
 size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool remote) {
-  Span* empties[64];
-  size_t nempty = 0;
   const unsigned me = shard();
   const bool poison = poisoned_class(cls);
   // The objects of one slab in a row (the usual batch) are counted in registers and
@@ -277,10 +294,10 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
   uint64_t word = 0;
   uint32_t freed = 0;  // objects of s in this run
   size_t total = 0;
-  // Commits the run of s: bitmap word, counts, lists; an empty slab beyond the
-  // spare joins `empties`. Lock held.
+  // Commits the run of s: bitmap word, counts, lists; an empty slab joins the
+  // spares. Lock held.
   auto finish_run = [&]() USLAB_REQUIRES(lock_) {
-    if (freed == 0) {  // a run cut short by a double free: the slab may be the spare
+    if (freed == 0) {  // a run cut short by a double free: the slab may be a spare
       s = nullptr;
       return;
     }
@@ -292,23 +309,12 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
       partial_.push_front(s);
       s->on_partial = 1;
     }
-    if (s->free_count == s->capacity) {
-      // Empty: keep one spare per class so a class that oscillates around a slab
-      // boundary does not map and unmap; the rest goes back to the page heap.
+    if (s->free_count == s->capacity) {  // empty: a spare (central.h)
       partial_.remove(s);
       s->on_partial = 0;
-      if (!spare_) {
-        spare_ = s;
-        check_slab_locked(s);
-      } else {
-        USLAB_PROBE(slab_release, cls, s->start);
-        slabs_--;
-        total -= s->capacity;
-        empties[nempty++] = s;
-      }
-    } else {
-      check_slab_locked(s);
+      push_spare(s);
     }
+    check_slab_locked(s);
     s = nullptr;
   };
   // The free count is published before the lock is dropped (borrowers read it).
@@ -327,12 +333,6 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
     // Neighbours in a batch usually share a slab: skip the map lookup for them.
     if (!s || !slab.spans(p)) {
       if (s) finish_run();
-      if (nempty == 64) {  // hand the empties over without the lock
-        publish_and_unlock();
-        page_heap_free_spans(empties, nempty);
-        nempty = 0;
-        lock_.lock();
-      }
       Span* t = PageMap::get(p);
       if (t->shard != me) break;  // another shard's slab: the caller routes it
       s = t;
@@ -368,7 +368,6 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
   if (s) finish_run();
   if (remote) remote_ += i;
   publish_and_unlock();
-  page_heap_free_spans(empties, nempty);
   return i;
 }
 
@@ -389,23 +388,51 @@ CentralStats central_stats(unsigned cls) {
 }
 
 void central_release_spares(unsigned cls) {
-  for_each_shard_used([cls](unsigned sh) { g_central[sh][cls].release_spare(); });
+  for_each_shard_used([cls](unsigned sh) { g_central[sh][cls].release_spares(true); });
 }
 
 void central_release_all_spares() {
   for (unsigned cls = 1; cls < kMaxClasses; cls++) central_release_spares(cls);
 }
 
-void CentralList::release_spare() {
-  lock_.lock();
-  Span* s = spare_;
-  spare_ = nullptr;
-  if (s) {
-    slabs_--;
-    add_free(-static_cast<ptrdiff_t>(s->capacity));
+size_t central_reclaim_spares(unsigned shard) {
+  // The node's other shards too: a thread that moved to another CPU leaves the
+  // spares of the shard it left (deferred frees, done on another CPU: a footprint of
+  // 80 MiB against 42 with this shard's alone).
+  size_t n = 0;
+  for_each_shard_used([&](unsigned sh) {
+    if (node_of_shard(sh) != node_of_shard(shard)) return;
+    for (unsigned w = 0; w < (kMaxClasses + 63) / 64; w++) {
+      uint64_t bits = g_central_free_bytes[sh].spare_classes[w].load(std::memory_order_relaxed);
+      for (; bits; bits &= bits - 1)
+        n += g_central[sh][w * 64 + __builtin_ctzll(bits)].release_spares(false);
+    }
+  });
+  return n;
+}
+
+size_t CentralList::release_spares(bool wait) {
+  size_t released = 0;
+  for (;;) {
+    if (wait) {
+      lock_.lock();
+    } else if (!lock_.try_lock()) {
+      return released;
+    }
+    // At most a page heap call's worth a time, the lock dropped before the call.
+    Span* out[64];
+    size_t k = 0;
+    while (k < 64 && (out[k] = pop_spare())) {
+      USLAB_PROBE(slab_release, size_class(), out[k]->start);
+      slabs_--;
+      add_free(-static_cast<ptrdiff_t>(out[k]->capacity));
+      k++;
+    }
+    lock_.unlock();
+    if (k == 0) return released;
+    page_heap_free_spans(out, k);
+    released += k;
   }
-  lock_.unlock();
-  if (s) page_heap_of(s).free(s);
 }
 
 CentralStats CentralList::stats(unsigned cls) {
@@ -413,7 +440,7 @@ CentralStats CentralList::stats(unsigned cls) {
   return CentralStats{slabs_,        slabs_ * class_info(cls).objects,
                       free_objects_, batches_out_,
                       batches_in_,   remote_,
-                      lent_,         spare_ ? size_t{1} : 0};
+                      lent_,         spares_.size()};
 }
 
 }  // namespace uslab

@@ -1,8 +1,8 @@
 // core/alloc/central.h — per-shard, per-size-class central lists of slabs.
 //
 // Owns: for each shard (shard.h) and class, the partial slabs (those with free
-// objects), one spare empty slab (given back by every decay tick), and the
-// per-slab free bitmaps. A slab is carved by one shard and its objects always come
+// objects), the spares (empty slabs, kept for the class), and the per-slab free
+// bitmaps. A slab is carved by one shard and its objects always come
 // back to that shard's list. Objects move in and out only in batches (alloc_batch /
 // free_batch), so a thread cache refill or flush takes the class lock once for many
 // objects.
@@ -14,7 +14,7 @@
 // memory in test/stress/migrate_reuse.c, +2.4% with borrowing). The objects stay
 // their slab's shard's; freed, they go back there.
 //
-// Locking: each CentralList's lock guards its partial list, its spare, the bitmap,
+// Locking: each CentralList's lock guards its partial list, its spares, the bitmap,
 // free_count and on_partial of every slab of that class, and the counters;
 // free_objects_ is also read without it, by shards deciding whether to borrow
 // (stored atomically; a stale value only skips or tries a list). A shard's
@@ -25,6 +25,14 @@
 // cache class constructed or poisoned, page map written) outside the lock and then
 // published under it. Empty slabs are handed to their segment's page heap after the class lock
 // is dropped (order: class lock → never the page heap lock).
+//
+// A slab whose objects all came back stays the class's, a spare, until the next
+// decay tick, or until its shard's page heap would map a segment (it takes them back
+// first: central_reclaim_spares), or a trim: a program that allocates and frees the
+// same objects in phases (N x alloc, N x free) carves each slab once, where giving
+// every empty slab to the page heap and carving it again cost about 490 instructions
+// a slab of 8 objects of 1 KiB (split, descriptor, page map, coalescing, free lists).
+// Held as spares or as free pages, the memory is the same until the tick.
 //
 // A slab's bitmap is also the double-free detector: freeing an object whose bit is
 // already set (free) is reported with the pointer and the class. With the poison
@@ -51,7 +59,7 @@ struct CentralStats {
   uint64_t batches_in;   // free_batch calls
   uint64_t remote;       // objects freed here from thread caches of other shards
   uint64_t lent;         // objects other shards borrowed from these slabs
-  size_t spares;         // empty slabs kept as spares (the decay tick gives them back)
+  size_t spares;         // empty slabs kept (the decay tick gives them back)
 
   CentralStats& operator+=(const CentralStats& o) {
     slabs += o.slabs;
@@ -75,8 +83,9 @@ class alignas(64) CentralList {
   // from the front of ptrs[0..n) while their slabs belong to this shard; returns
   // how many (central_free routes a whole batch).
   size_t free_batch(unsigned cls, void* const* ptrs, size_t n, bool remote = false);
-  // Give the spare empty slab back to the page heap.
-  void release_spare();
+  // The spares back to the page heap (wait: for the lock; else only if it is free,
+  // as the page heap asks, whatever locks its caller holds); how many.
+  size_t release_spares(bool wait);
 
   CentralStats stats(unsigned cls);
   Mutex& lock() { return lock_; }
@@ -92,7 +101,7 @@ class alignas(64) CentralList {
   // external bitmap cannot be had.
   bool init_slab(unsigned cls, Span* s);
   size_t take_from(Span* s, void** out, size_t n);
-  // Up to n objects from the partial slabs (not the spare); lock held.
+  // Up to n objects from the partial slabs (not the spares); lock held.
   size_t take_partial(void** out, size_t n) USLAB_REQUIRES(lock_);
   // Debug-check builds: slab s of this list keeps the invariants above (lock held).
   void check_slab_locked(const Span* s) const USLAB_REQUIRES(lock_);
@@ -100,12 +109,15 @@ class alignas(64) CentralList {
   size_t borrow(unsigned cls, void** out, size_t n);
   // Counts d more free objects here, and their bytes in the shard's total.
   void add_free(ptrdiff_t d) USLAB_REQUIRES(lock_);
+  // A slab onto / off the spares, keeping the shard's spare_classes bit.
+  void push_spare(Span* s) USLAB_REQUIRES(lock_);
+  Span* pop_spare() USLAB_REQUIRES(lock_);
   unsigned shard() const;
   unsigned size_class() const;
 
   Mutex lock_;
   IntrusiveList<Span> partial_ USLAB_GUARDED_BY(lock_);
-  Span* spare_ USLAB_GUARDED_BY(lock_) = nullptr;
+  IntrusiveList<Span> spares_ USLAB_GUARDED_BY(lock_);
   size_t slabs_ USLAB_GUARDED_BY(lock_) = 0;
   size_t free_objects_ USLAB_GUARDED_BY(lock_) = 0;
   uint64_t batches_out_ USLAB_GUARDED_BY(lock_) = 0;
@@ -127,6 +139,9 @@ extern CentralList g_central[kMaxShards][kMaxClasses];
 // budget, a 25 MB peak left 24 MB pinned by 3 MB of cached objects).
 struct alignas(64) ShardFreeBytes {
   std::atomic<int64_t> bytes{0};
+  // The classes with spares (bit per class, written under its lock when its spare
+  // list becomes empty or not), so that a page heap's reclaim visits those only.
+  std::atomic<uint64_t> spare_classes[(kMaxClasses + 63) / 64]{};
 };
 extern ShardFreeBytes g_central_free_bytes[kMaxShards];
 
@@ -155,11 +170,15 @@ inline size_t first_unpoisoned(const void* p, size_t n) {
 
 // A class's counters summed over the shards.
 CentralStats central_stats(unsigned cls);
-// Every shard's spare empty slab of cls back to the page heap.
+// Every shard's spares of cls back to the page heap.
 void central_release_spares(unsigned cls);
-// The same for every class (malloc_trim, and every decay tick: a spare per class and
-// shard kept ~0.5 MB of dirty slabs for ever; taking them every tick costs at most a
-// slab carved again per class and tick).
+// The spares of the shards of `shard`'s node whose class lock is free, back to the
+// page heap (a page heap with no free span that fits: it takes them before other
+// heaps' pages or a new segment); how many.
+size_t central_reclaim_spares(unsigned shard);
+// The same for every class (malloc_trim, and every decay tick: spares kept across
+// ticks would hold dirty slabs for ever; taking them every tick costs at most the
+// slabs carved again once a tick).
 void central_release_all_spares();
 
 // Report an invalid or double free; aborts unless abort_on_error=false.

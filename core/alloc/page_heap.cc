@@ -20,6 +20,15 @@ constinit MetaPool<Span> g_span_pool;
 USLAB_LOCK_ONE(kMetaPool, g_span_pool.lock());
 
 // A private heap (the unit tests') is no shard's: it neither lends nor borrows.
+namespace {
+constinit std::atomic<SpareReclaim> spare_reclaim_{nullptr};
+}  // namespace
+
+void page_heap_set_spare_reclaim(SpareReclaim fn) {
+  if (spare_reclaim_.load(std::memory_order_relaxed) != fn)
+    spare_reclaim_.store(fn, std::memory_order_release);
+}
+
 unsigned PageHeap::index() const {
   return this >= g_page_heap && this < g_page_heap + kMaxShards
              ? static_cast<unsigned>(this - g_page_heap)
@@ -162,8 +171,15 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
     maybe_purge(os::now_ms());
     if (s) return s;
   }
-  // Busy heaps are skipped: waiting would cost more than mapping a segment.
+  // The central lists' spares next (central.h): empty slabs that would otherwise sit
+  // beside another heap's pages or a new segment until the tick.
   unsigned n = index() == kPrivate ? 0 : shard_count();
+  SpareReclaim reclaim = spare_reclaim_.load(std::memory_order_acquire);
+  if (n && reclaim && reclaim(index())) {
+    LockGuard g(lock_);
+    if (Span* s = alloc_locked(npages, align_pages, kind, zeroed, false)) return s;
+  }
+  // Busy heaps are skipped: waiting would cost more than mapping a segment.
   for (unsigned i = 1; i < n; i++) {
     PageHeap& other = g_page_heap[(index() + i) % n];
     if (node_of_shard((index() + i) % n) != node_of_shard(index()))

@@ -124,8 +124,10 @@ class alignas(64) PageHeap {
   // A span of `npages` whose first page is aligned to `align_pages` (a power of two),
   // marked `kind` (kSlab or kLarge). *zeroed tells whether its pages read as zero.
   // nullptr when memory cannot be had. When this heap has no free span that fits,
-  // one of another heap's free spans is taken (it stays that heap's, and is freed
-  // there) before a new segment is mapped: pages freed on one CPU serve the others.
+  // its shard's central lists give back their spare empty slabs (central.h, those
+  // whose lock is free), then one of another heap's free spans is taken (it stays
+  // that heap's, and is freed there) before a new segment is mapped: pages freed on
+  // one CPU serve the others.
   // Only heaps with a surplus (kStealReserve free pages beyond the request) that are
   // not busy are asked, so that CPUs do not take turns at each other's working set;
   // those asked that have no span that fits purge their dirty holes as a growing
@@ -255,6 +257,11 @@ class alignas(64) PageHeap {
 extern PageHeap g_page_heap[kMaxShards];
 extern MetaPool<Span> g_span_pool;  // descriptors of huge segments
 
+// The central lists' reclaim of their spare empty slabs (central.h; a layer above,
+// so it registers itself when it first carves a slab): PageHeap::alloc calls it with
+// its shard before it takes another heap's pages or maps a segment; how many came back.
+using SpareReclaim = size_t (*)(unsigned shard);
+void page_heap_set_spare_reclaim(SpareReclaim fn);
 // The heap whose segment holds span s (slab, large or free).
 inline PageHeap& page_heap_of(const Span* s) { return g_page_heap[s->segment->heap]; }
 // Give spans[0..n) back to their heaps, one lock per run of one heap's.

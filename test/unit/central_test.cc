@@ -1,6 +1,6 @@
 // core/alloc/central.h: slab batches hand out distinct objects, a slab's bitmap
-// catches double frees (inline and external bitmaps), and spare slabs go back to
-// the page heap on the decay tick.
+// catches double frees (inline and external bitmaps), and empty slabs stay the
+// class's spares until the decay tick or until a page heap of their node needs pages.
 #include <catch2/catch.hpp>
 #include <sys/mman.h>
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/heap.h"
+#include "test/unit/synthetic.h"
 #include "test/unit/vm_flags.h"
 
 using namespace uslab;
@@ -138,16 +139,61 @@ TEST_CASE("a batch takes a slab's wholly free words by address and the rest by b
   }
 }
 
-TEST_CASE("the spare slabs go back to the page heap on every decay tick") {
+TEST_CASE("empty slabs stay the class's spares, serve it first, and go back on a tick") {
   const unsigned cls = size_to_class(1500);
   CentralList& list = g_central[0][cls];
-  std::vector<void*> objs(3 * kClassInfo[cls].objects);
-  // Leaves the class with a spare: every slab it took is empty again.
+  list.release_spares(true);
+  const size_t per = kClassInfo[cls].objects;
+  std::vector<void*> objs(3 * per);
+  REQUIRE(list.alloc_batch(cls, objs.data(), objs.size()) == objs.size());
+  const CentralStats full = list.stats(cls);
+  // Every slab it took is empty again: all three kept, none given to the page heap.
+  REQUIRE(list.free_batch(cls, objs.data(), objs.size()) == objs.size());
+  CHECK(list.stats(cls).spares >= 3);
+  CHECK(list.stats(cls).slabs == full.slabs);
+  // Taken again: from the spares, not from new slabs.
+  REQUIRE(list.alloc_batch(cls, objs.data(), objs.size()) == objs.size());
+  CHECK(list.stats(cls).slabs == full.slabs);
+  REQUIRE(list.free_batch(cls, objs.data(), objs.size()) == objs.size());
+  const size_t spares = list.stats(cls).spares;
+  central_release_all_spares();  // what every decay tick does
+  CHECK(list.stats(cls).spares == 0);
+  CHECK(list.stats(cls).slabs == full.slabs - spares);
+  central_release_all_spares();  // none left: nothing happens
+  CHECK(list.stats(cls).slabs == full.slabs - spares);
+}
+
+TEST_CASE("a page heap about to map a segment takes its shard's spares back first") {
+  const unsigned cls = size_to_class(3000);
+  CentralList& list = g_central[0][cls];
+  PageHeap& heap = g_page_heap[0];
+  central_release_all_spares();
+  std::vector<void*> objs(20 * kClassInfo[cls].objects);
   REQUIRE(list.alloc_batch(cls, objs.data(), objs.size()) == objs.size());
   REQUIRE(list.free_batch(cls, objs.data(), objs.size()) == objs.size());
-  const size_t with_spare = list.stats(cls).slabs;
-  central_release_all_spares();
-  REQUIRE(list.stats(cls).slabs == with_spare - 1);
-  central_release_all_spares();  // none left: nothing happens
-  REQUIRE(list.stats(cls).slabs == with_spare - 1);
+  REQUIRE(list.stats(cls).spares > 0);
+  // No free page left in the heap: what it serves next comes from the spares or a
+  // new segment.
+  std::vector<Span*> taken;
+  Span* got[64];
+  while (size_t k = heap.alloc_more(1, SpanKind::kLarge, got, 64)) taken.insert(taken.end(), got, got + k);
+  const size_t segments = heap.stats().segments;
+  bool z;
+  Span* s = heap.alloc(kClassInfo[cls].slab_pages, 1, SpanKind::kLarge, &z);
+  REQUIRE(s != nullptr);
+  CHECK(list.stats(cls).spares == 0);
+  CHECK(heap.stats().segments == segments);
+  taken.push_back(s);
+  // Another shard's spares too (a thread that left that shard's CPU).
+  ensure_two_shards();
+  CentralList& other = g_central[1][cls];
+  REQUIRE(other.alloc_batch(cls, objs.data(), objs.size()) == objs.size());
+  REQUIRE(other.free_batch(cls, objs.data(), objs.size()) == objs.size());
+  REQUIRE(other.stats(cls).spares > 0);
+  while (size_t k = heap.alloc_more(1, SpanKind::kLarge, got, 64)) taken.insert(taken.end(), got, got + k);
+  Span* t = heap.alloc(kClassInfo[cls].slab_pages, 1, SpanKind::kLarge, &z);
+  REQUIRE(t != nullptr);
+  CHECK(other.stats(cls).spares == 0);
+  taken.push_back(t);
+  for (Span* x : taken) page_heap_of(x).free(x);
 }
