@@ -31,11 +31,11 @@ namespace {
 // budgets, on fewer CPUs) leave it. A server handling one request at a time cycles
 // its working set through a CPU's sheaves and the depot (`bench requests`: 2 MiB of
 // 16 B - 2 KiB objects a request, 1.6x tcmalloc's time with a 1 MiB budget, level
-// with 4 MiB) while the other CPUs' budgets sit unused; a program that keeps several
-// CPUs busy caches no more than before: bounded by all the CPUs' budgets instead,
-// larson's 8 threads on 16 CPUs each borrowed an idle CPU's budget and peaked at
-// 22.5 MiB against 18.9, no faster (with a floor of kLendMax budgets for all,
-// larson's two threads on two CPUs borrowed each other's, 1.5 MiB higher).
+// with 4 MiB) while the other CPUs' budgets sit unused. A program that keeps several
+// CPUs busy borrows nothing: with all the CPUs' budgets as the pool, larson's 8
+// threads on 16 CPUs each borrowed an idle CPU's budget and peaked at 22.5 MiB
+// against 18.9, no faster (with a floor of kLendMax budgets for all, larson's two
+// threads on two CPUs borrowed each other's, 1.5 MiB higher).
 // Only a CPU whose refills a depot sheaf served lately borrows (`reuse`: +1 for such
 // a refill, -kSlabRefill for one from the slabs, within ±kReuseCap; at least
 // kReuseToBorrow): its objects come back and are handed out again, and a bigger

@@ -13,6 +13,7 @@ USLAB_LOCK_SET(
     kCentral, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
     [](uint32_t i) { return &g_central[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 USLAB_LARGE_ZERO constinit ShardFreeBytes g_central_free_bytes[kMaxShards];
+USLAB_LARGE_ZERO constinit ShardSpareClasses g_central_spare_classes[kMaxShards];
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
 
@@ -44,8 +45,8 @@ void report_bad_free(const void* p, const char* what, unsigned cls) {
 void CentralList::push_spare(Span* s) {
   if (spares_.empty()) {
     const unsigned c = size_class();
-    g_central_free_bytes[shard()].spare_classes[c / 64].fetch_or(uint64_t{1} << (c % 64),
-                                                                 std::memory_order_relaxed);
+    g_central_spare_classes[shard()].bits[c / 64].fetch_or(uint64_t{1} << (c % 64),
+                                                          std::memory_order_relaxed);
   }
   spares_.push_front(s);
 }
@@ -54,8 +55,8 @@ Span* CentralList::pop_spare() {
   Span* s = spares_.pop_front();
   if (s && spares_.empty()) {
     const unsigned c = size_class();
-    g_central_free_bytes[shard()].spare_classes[c / 64].fetch_and(~(uint64_t{1} << (c % 64)),
-                                                                  std::memory_order_relaxed);
+    g_central_spare_classes[shard()].bits[c / 64].fetch_and(~(uint64_t{1} << (c % 64)),
+                                                           std::memory_order_relaxed);
   }
   return s;
 }
@@ -217,7 +218,8 @@ void CentralList::check_slab_locked(const Span* s) const {
   size_t bits = 0;
   for (size_t w = 0; w < (s->capacity + 63u) / 64; w++) bits += __builtin_popcountll(bitmap[w]);
   USLAB_DCHECK(bits == s->free_count && s->free_count <= s->capacity);
-  USLAB_DCHECK(s->on_partial ? s->free_count > 0 : s->free_count == 0 || s->free_count == s->capacity);
+  USLAB_DCHECK(s->on_partial ? s->free_count > 0
+                             : s->free_count == 0 || s->free_count == s->capacity);
 #else
   (void)s;
 #endif
@@ -403,7 +405,7 @@ size_t central_reclaim_spares(unsigned shard) {
   for_each_shard_used([&](unsigned sh) {
     if (node_of_shard(sh) != node_of_shard(shard)) return;
     for (unsigned w = 0; w < (kMaxClasses + 63) / 64; w++) {
-      uint64_t bits = g_central_free_bytes[sh].spare_classes[w].load(std::memory_order_relaxed);
+      uint64_t bits = g_central_spare_classes[sh].bits[w].load(std::memory_order_relaxed);
       for (; bits; bits &= bits - 1)
         n += g_central[sh][w * 64 + __builtin_ctzll(bits)].release_spares(false);
     }

@@ -23,12 +23,16 @@
 // late). A class lock is never held while taking another (borrowing drops its own
 // first, then only try_locks). A new slab is carved (descriptor filled, objects of a
 // cache class constructed or poisoned, page map written) outside the lock and then
-// published under it. Empty slabs are handed to their segment's page heap after the class lock
-// is dropped (order: class lock → never the page heap lock).
+// published under it. Empty slabs are handed to their segment's page heap after the
+// class lock is dropped (order: class lock → never the page heap lock). A page heap
+// that takes spares back only try-locks class locks (its caller may hold any lock
+// ranked above it); g_central_spare_classes is written under the class lock and read
+// without any (a stale bit only visits a list with no spare, or skips one until the
+// tick).
 //
 // A slab whose objects all came back stays the class's, a spare, until the next
-// decay tick, or until its shard's page heap would map a segment (it takes them back
-// first: central_reclaim_spares), or a trim: a program that allocates and frees the
+// decay tick, or until a page heap of its node has no free span that fits (it takes
+// them back first: central_reclaim_spares), or a trim: a program that allocates and frees the
 // same objects in phases (N x alloc, N x free) carves each slab once, where giving
 // every empty slab to the page heap and carving it again cost about 490 instructions
 // a slab of 8 objects of 1 KiB (split, descriptor, page map, coalescing, free lists).
@@ -109,7 +113,7 @@ class alignas(64) CentralList {
   size_t borrow(unsigned cls, void** out, size_t n);
   // Counts d more free objects here, and their bytes in the shard's total.
   void add_free(ptrdiff_t d) USLAB_REQUIRES(lock_);
-  // A slab onto / off the spares, keeping the shard's spare_classes bit.
+  // A slab onto / off the spares, keeping the class's g_central_spare_classes bit.
   void push_spare(Span* s) USLAB_REQUIRES(lock_);
   Span* pop_spare() USLAB_REQUIRES(lock_);
   unsigned shard() const;
@@ -139,11 +143,16 @@ extern CentralList g_central[kMaxShards][kMaxClasses];
 // budget, a 25 MB peak left 24 MB pinned by 3 MB of cached objects).
 struct alignas(64) ShardFreeBytes {
   std::atomic<int64_t> bytes{0};
-  // The classes with spares (bit per class, written under its lock when its spare
-  // list becomes empty or not), so that a page heap's reclaim visits those only.
-  std::atomic<uint64_t> spare_classes[(kMaxClasses + 63) / 64]{};
 };
 extern ShardFreeBytes g_central_free_bytes[kMaxShards];
+
+// The classes of each shard that have spares (a bit per class, set and cleared as
+// its spare list stops and starts being empty), so that a page heap's reclaim visits
+// those only.
+struct alignas(64) ShardSpareClasses {
+  std::atomic<uint64_t> bits[(kMaxClasses + 63) / 64]{};
+};
+extern ShardSpareClasses g_central_spare_classes[kMaxShards];
 
 // Return n objects of class cls to the central lists of their slabs' shards, one
 // lock per run of objects of one shard. With `from` (a thread cache's shard), runs

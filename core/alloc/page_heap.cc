@@ -19,7 +19,6 @@ USLAB_LOCK_SET(
 constinit MetaPool<Span> g_span_pool;
 USLAB_LOCK_ONE(kMetaPool, g_span_pool.lock());
 
-// A private heap (the unit tests') is no shard's: it neither lends nor borrows.
 namespace {
 constinit std::atomic<SpareReclaim> spare_reclaim_{nullptr};
 }  // namespace
@@ -29,6 +28,7 @@ void page_heap_set_spare_reclaim(SpareReclaim fn) {
     spare_reclaim_.store(fn, std::memory_order_release);
 }
 
+// A private heap (the unit tests') is no shard's: it neither lends nor borrows.
 unsigned PageHeap::index() const {
   return this >= g_page_heap && this < g_page_heap + kMaxShards
              ? static_cast<unsigned>(this - g_page_heap)

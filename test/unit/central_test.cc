@@ -175,8 +175,12 @@ TEST_CASE("a page heap about to map a segment takes its shard's spares back firs
   // No free page left in the heap: what it serves next comes from the spares or a
   // new segment.
   std::vector<Span*> taken;
-  Span* got[64];
-  while (size_t k = heap.alloc_more(1, SpanKind::kLarge, got, 64)) taken.insert(taken.end(), got, got + k);
+  auto take_free_pages = [&] {
+    Span* got[64];
+    while (size_t k = heap.alloc_more(1, SpanKind::kLarge, got, 64))
+      taken.insert(taken.end(), got, got + k);
+  };
+  take_free_pages();
   const size_t segments = heap.stats().segments;
   bool z;
   Span* s = heap.alloc(kClassInfo[cls].slab_pages, 1, SpanKind::kLarge, &z);
@@ -190,7 +194,7 @@ TEST_CASE("a page heap about to map a segment takes its shard's spares back firs
   REQUIRE(other.alloc_batch(cls, objs.data(), objs.size()) == objs.size());
   REQUIRE(other.free_batch(cls, objs.data(), objs.size()) == objs.size());
   REQUIRE(other.stats(cls).spares > 0);
-  while (size_t k = heap.alloc_more(1, SpanKind::kLarge, got, 64)) taken.insert(taken.end(), got, got + k);
+  take_free_pages();
   Span* t = heap.alloc(kClassInfo[cls].slab_pages, 1, SpanKind::kLarge, &z);
   REQUIRE(t != nullptr);
   CHECK(other.stats(cls).spares == 0);
