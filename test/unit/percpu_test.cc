@@ -148,3 +148,44 @@ TEST_CASE("a CPU whose sheaves were all drained gives their pages back, and reus
   g_config.decay_ms = saved;
   INFO("resident slot pages: " << before << " -> " << after);
 }
+
+TEST_CASE("refills and drains that reach the slabs move two batches") {
+  // A refill with no full sheaf in the depot, or a drain past its bound, pays the
+  // class lock for what it moves: of 2 KiB, a batch is 8 objects.
+  heap::free(heap::alloc(2000));
+  if (!g_percpu || !rseq_fence_available()) return;
+  PinnedToOneCpu pinned;
+  OwnTicks ticks;
+  const unsigned cls = size_to_class(2000), shard = shard_of_cpu(static_cast<uint32_t>(pinned.cpu));
+  REQUIRE(slab_batch_size(cls) == 2 * batch_size(cls));
+  CentralList& central = g_central[shard][cls];
+  Depot& depot = g_depot[shard][cls];
+  auto out_of_slabs = [&] {
+    CentralStats s = central.stats(cls);
+    return s.objects - s.free_objects;
+  };
+  percpu_drain_all();
+  depot.flush(cls);
+  size_t out = out_of_slabs();
+  void* first = heap::alloc(2000);  // an empty sheaf, an empty depot
+  CHECK(out_of_slabs() == out + slab_batch_size(cls));
+  std::vector<void*> objs(200);
+  for (void*& p : objs) p = heap::alloc(2000);
+  // The depot at its bound: every drain below goes on to the slabs.
+  std::vector<std::vector<void*>> held;
+  while (!depot.at_bound(cls)) {
+    held.emplace_back(batch_size(cls));
+    REQUIRE(central.alloc_batch(cls, held.back().data(), batch_size(cls)) == batch_size(cls));
+    depot.give(cls, held.back().data(), batch_size(cls), false);
+  }
+  out = out_of_slabs();
+  const uint64_t batches = central.stats(cls).batches_in;
+  for (void* p : objs) heap::free(p);
+  const size_t back = out - out_of_slabs();
+  const uint64_t calls = central.stats(cls).batches_in - batches;
+  INFO(back << " objects back to the slabs in " << calls << " batches");
+  REQUIRE(calls > 0);
+  CHECK(back / calls > batch_size(cls));
+  heap::free(first);
+  depot.flush(cls);
+}
