@@ -37,7 +37,7 @@ namespace {
 // against 18.9, no faster (with a floor of kLendMax budgets for all, larson's two
 // threads on two CPUs borrowed each other's, 1.5 MiB higher).
 // Only a CPU whose refills a depot sheaf served lately borrows (`reuse`: +1 for such
-// a refill, -kSlabRefill a batch for one from the slabs, within ±kReuseCap; at least
+// a refill, -kSlabRefill for one from the slabs, within ±kReuseCap; at least
 // kReuseToBorrow): its objects come back and are handed out again, and a bigger
 // sheaf saves a depot round trip per batch. A heap that grows from the slabs gains
 // nothing from it, and the objects it caches pin slabs: the `bench rss` frag peak
@@ -141,10 +141,7 @@ void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot) {
   prepare_cpu(c);
   CpuMeta& m = meta_[c];
   if (alloc) {
-    // Weighed by the batches a refill takes: one from the depot, slab_batch_size's from
-    // the slabs.
-    const int32_t slab = kSlabRefill * static_cast<int32_t>(slab_batch_size(cls) / batch_size(cls));
-    int32_t r = m.reuse.load(std::memory_order_relaxed) + (from_depot ? 1 : -slab);
+    int32_t r = m.reuse.load(std::memory_order_relaxed) + (from_depot ? 1 : -kSlabRefill);
     r = r > kReuseCap ? kReuseCap : r < -kReuseCap ? -kReuseCap : r;
     m.reuse.store(r, std::memory_order_relaxed);
   }

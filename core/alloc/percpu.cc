@@ -228,10 +228,9 @@ void* percpu_alloc_slow(unsigned cls) {
   // The miss first: taking the batch before it cost 15 cycles an object in N x alloc
   // at 2 KiB (AMD EPYC), for the same work.
   Depot& depot = g_depot[shard_of_cpu(c)][cls];
-  const bool from_depot = depot.has_full();
-  on_miss(c, cls, true, from_depot);
+  on_miss(c, cls, true, depot.has_full());
   void* buf[kMaxBatch];
-  size_t n = depot.take(cls, buf, from_depot ? batch_size(cls) : slab_batch_size(cls));
+  size_t n = depot.take(cls, buf, batch_size(cls));
   USLAB_PROBE(sheaf_refill, cls, n);
   bump(meta_[c].class_refills[cls]);
   if (n == 0) return os::fail_nomem();
@@ -253,7 +252,7 @@ void percpu_free_slow(void* p, unsigned cls) {
     on_miss(c, cls, false);
     // One section: p goes in or, when the sheaf is full, a batch made of its top
     // objects and p goes to the depot (to the slabs past its bound: more of them).
-    size_t n = g_depot[shard_of_cpu(c)][cls].at_bound(cls) ? slab_batch_size(cls)
+    size_t n = g_depot[shard_of_cpu(c)][cls].at_bound(cls) ? slab_drain_size(cls)
                                                             : batch_size(cls);
     long k = percpu_push_draining(c, cls, p, buf, n - 1);
     if (k == kSheafMoved) continue;

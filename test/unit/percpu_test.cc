@@ -149,15 +149,15 @@ TEST_CASE("a CPU whose sheaves were all drained gives their pages back, and reus
   INFO("resident slot pages: " << before << " -> " << after);
 }
 
-TEST_CASE("refills and drains that reach the slabs move two batches") {
-  // A refill with no full sheaf in the depot, or a drain past its bound, pays the
-  // class lock for what it moves: of 2 KiB, a batch is 8 objects.
+TEST_CASE("a drain past the depot's bound moves two batches to the slabs, a refill one") {
+  // A drain past the depot's bound pays the class lock for what it moves: of 2 KiB, a
+  // batch is 8 objects. A refill from the slabs takes one (two held more memory).
   heap::free(heap::alloc(2000));
   if (!g_percpu || !rseq_fence_available()) return;
   PinnedToOneCpu pinned;
   OwnTicks ticks;
   const unsigned cls = size_to_class(2000), shard = shard_of_cpu(static_cast<uint32_t>(pinned.cpu));
-  REQUIRE(slab_batch_size(cls) == 2 * batch_size(cls));
+  REQUIRE(slab_drain_size(cls) == 2 * batch_size(cls));
   CentralList& central = g_central[shard][cls];
   Depot& depot = g_depot[shard][cls];
   auto out_of_slabs = [&] {
@@ -168,7 +168,7 @@ TEST_CASE("refills and drains that reach the slabs move two batches") {
   depot.flush(cls);
   size_t out = out_of_slabs();
   void* first = heap::alloc(2000);  // an empty sheaf, an empty depot
-  CHECK(out_of_slabs() == out + slab_batch_size(cls));
+  CHECK(out_of_slabs() == out + batch_size(cls));
   std::vector<void*> objs(200);
   for (void*& p : objs) p = heap::alloc(2000);
   // The depot at its bound: every drain below goes on to the slabs.
