@@ -70,9 +70,15 @@ unsigned CentralList::size_class() const {
 }
 
 void CentralList::add_free(ptrdiff_t d) {
-  __atomic_store_n(&free_objects_, free_objects_ + d, __ATOMIC_RELAXED);
-  g_central_free_bytes[shard()].bytes.fetch_add(
-      d * static_cast<ptrdiff_t>(class_size(size_class())), std::memory_order_relaxed);
+  const size_t before = free_objects_, after = before + static_cast<size_t>(d);
+  __atomic_store_n(&free_objects_, after, __ATOMIC_RELAXED);
+  // The shard's count moves in steps of kFreeBytesStep a class (central.h).
+  const size_t size = class_size(size_class());
+  const int64_t steps = static_cast<int64_t>(after * size / kFreeBytesStep) -
+                        static_cast<int64_t>(before * size / kFreeBytesStep);
+  if (steps)
+    g_central_free_bytes[shard()].bytes.fetch_add(steps * int64_t{kFreeBytesStep},
+                                                  std::memory_order_relaxed);
 }
 
 // Slabs for cls enough for `need` objects (kMaxFreshSlabs at most): pages from the

@@ -201,3 +201,31 @@ TEST_CASE("a page heap about to map a segment takes its shard's spares back firs
   taken.push_back(t);
   for (Span* x : taken) page_heap_of(x).free(x);
 }
+
+TEST_CASE("a shard's count of free bytes moves in steps of kFreeBytesStep a class") {
+  // What each class holds free, rounded down to a step, summed over the shard's
+  // classes: below the truth by less than a step a class, never above it.
+  auto expected = [] {
+    int64_t sum = 0;
+    for (unsigned cls = 1; cls < kMaxClasses; cls++) {
+      size_t size = class_size(cls);
+      if (size == 0) continue;
+      sum += static_cast<int64_t>(g_central[0][cls].stats(cls).free_objects * size /
+                                  kFreeBytesStep * kFreeBytesStep);
+    }
+    return sum;
+  };
+  const unsigned cls = size_to_class(3000);
+  std::vector<void*> objs(200);
+  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
+  // Freed a few at a time: most batches cross no step.
+  for (size_t i = 0; i < objs.size(); i += 3) {
+    size_t n = std::min<size_t>(3, objs.size() - i);
+    REQUIRE(g_central[0][cls].free_batch(cls, objs.data() + i, n) == n);
+    CHECK(g_central_free_bytes[0].bytes.load() == expected());
+  }
+  REQUIRE(g_central[0][cls].alloc_batch(cls, objs.data(), 50) == 50);
+  CHECK(g_central_free_bytes[0].bytes.load() == expected());
+  REQUIRE(g_central[0][cls].free_batch(cls, objs.data(), 50) == 50);
+  CHECK(g_central_free_bytes[0].bytes.load() == expected());
+}
