@@ -28,8 +28,7 @@ unsigned Depot::shard() const {
 }
 
 size_t Depot::take(unsigned cls, void** out, size_t n) {
-  // An empty depot stays empty through N allocations in a row (see give).
-  if (!has_full()) return g_central[shard()][cls].alloc_batch(cls, out, n);
+  if (!has_full()) return g_central[shard()][cls].alloc_batch(cls, out, n);  // depot.h
   lock_.lock();
   if (Sheaf* s = full_) {
     hits_++;
@@ -57,9 +56,7 @@ size_t Depot::take(unsigned cls, void** out, size_t n) {
 
 void Depot::give(unsigned cls, void* const* objs, size_t n, bool remote) {
   if (n == 0) return;
-  // A depot at its bound stays there while objects keep coming (N frees in a row):
-  // the lock taken only to find that out cost two atomics a batch.
-  // (Remote drains take the lock, which counts them.)
+  // Past the bound without the lock (depot.h); remote drains take it, which counts them.
   if (!remote && at_bound(cls)) return central_free(cls, objs, n);
   Sheaf* fresh = nullptr;
   lock_.lock();

@@ -8,20 +8,22 @@
 // of a consumer go back to the CPUs of their producer instead of piling up where nobody allocates
 // them. Only when the depot has no full sheaf does a refill go to its shard's central slab list,
 // and then for a whole batch; a drain that finds the depot at its bound frees two batches to the
-// slabs (grouped by slab, one class lock per drain and owning shard). Both see the depot empty
-// or at its bound by a racy read and then take no depot lock: in N allocations or N frees in a
-// row it stays so. The bound is 256 KiB of
-// objects per class over all shards (at least 64 KiB per shard). Idle sheaves decay: every tick (a
-// sixteenth of decay_ms, decay.h), the sheaves that stayed in the depot through the last
-// kCacheIdleTicks intervals (the least of their low-water marks) go back to the slabs, as
-// tcmalloc's transfer cache is plundered.
+// slabs (slab_drain_size; grouped by slab, one class lock per drain and owning shard). The bound
+// is 256 KiB of objects per class shared over the shards that held memory (at least 64 KiB per
+// shard: depot_max_full). Idle sheaves decay: every tick (a sixteenth of decay_ms, decay.h), the
+// sheaves that stayed in the depot through the last kCacheIdleTicks intervals (the least of their
+// low-water marks) go back to the slabs, as tcmalloc's transfer cache is plundered.
 //
 // Locking: each Depot's lock guards both lists and the counters of its class. Order:
-// per-CPU lock → depot lock → central class lock → page heap. Sheaf records come
-// from a MetaPool and are never returned to the OS; they are allocated with the
-// depot lock dropped.
+// per-CPU lock → depot lock → central class lock → page heap. The count of full sheaves
+// is also read without the lock (has_full, at_bound): a refill that sees none, or a
+// drain that sees the bound, goes to the slabs without taking it (in N allocations or
+// N frees in a row the depot stays so); a stale read only sends one batch to the slabs
+// that the depot could have served or kept. Sheaf records come from a MetaPool and are
+// never returned to the OS; they are allocated with the depot lock dropped.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -113,8 +115,7 @@ inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
 // two took espresso's peak RSS from 4.4 to 5.0 MiB for 2.2 cycles of N x alloc at
 // 2 KiB, 4.6 at 4 KiB.
 inline uint32_t slab_drain_size(unsigned cls) {
-  uint32_t n = 2 * batch_size(cls);
-  return n < kMaxBatch ? n : static_cast<uint32_t>(kMaxBatch);
+  return std::min(2 * batch_size(cls), static_cast<uint32_t>(kMaxBatch));
 }
 
 // Full sheaves a depot keeps at most: 256 KiB of objects per class shared out over

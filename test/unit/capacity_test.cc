@@ -220,10 +220,10 @@ TEST_CASE("a heap growing from the slabs does not borrow") {
   for (int r = 0; r < 4; r++)
     for (size_t size : mix) held.push_back(heap::alloc(size));
   // Then a quarter of it freed and allocated again: refills that the depot serves,
-  // after hundreds from the slabs. (Half of it made 228 depot refills, but 476 in 1
-  // run of the whole suite in 30-40, where objects of the other shard's slabs, left
-  // free by earlier tests, split the sheaves between the two owners' depots: enough
-  // refills for the score to forget the growth, as it should after that many.)
+  // after hundreds from the slabs. Not half: where earlier tests left objects free in
+  // the other shard's slabs, half of it split its sheaves between the two owners'
+  // depots and made up to 476 depot refills instead of 228, enough for the score to
+  // forget the growth, as it should after that many.
   const uint64_t borrows = percpu_stats().borrows;
   const uint64_t hits = depot_hits();
   for (size_t i = 0; i < held.size(); i += 4) heap::free(held[i]);
