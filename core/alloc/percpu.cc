@@ -387,7 +387,7 @@ bool detach(uint32_t c, const HeaderSet& set, uint32_t* cur) {
     bool again = false;
     for (unsigned i = 1; i < kSheafHeaders; i++)
       if (set.has(i) && __atomic_load_n(&h[i], __ATOMIC_SEQ_CST) != 0) {
-        // A section committed after the swap (a 16-bit store of current).
+        // A section that read the header before the swap committed after it.
         cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
         again = true;
       }

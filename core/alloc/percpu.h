@@ -13,11 +13,12 @@
 // bounds check of its own.
 //
 // Lock-free fast path: malloc pops and free pushes inside an rseq critical section
-// that ends in one committing 16-bit store of `current` (a pop bumps its class's hit
-// counter just before; a restarted pop may count twice). The kernel restarts the
-// section if the thread is preempted, migrated or signalled before the commit (the
-// userspace form of SLUB's tid check), so there is no atomic instruction and no
-// lock, and an interrupted section has no effect (which also makes fork safe).
+// that ends in one committing 32-bit store of the header, `current` moved and `end`
+// as the section read it (a pop bumps its class's hit counter just before; a
+// restarted pop may count twice). The kernel restarts the section if the thread is
+// preempted, migrated or signalled before the commit (the userspace form of SLUB's
+// tid check), so there is no atomic instruction and no lock, and an interrupted
+// section has no effect (which also makes fork safe).
 //
 // Slow paths run the batch sections below, which move up to a whole sheaf in one
 // section and are tied to an expected CPU (they fail if the thread is elsewhere).

@@ -29,8 +29,10 @@
 // when the linker drops a duplicate copy of an inline function (COMDAT), it drops
 // its descriptor and handler too. In every section rdx holds the CPU's region, so
 // a header is 8(%rdx, cls, 4) and slot i (%rdx, i, 8).
-// `current` and `end` are read as separate 16-bit loads: a 32-bit load of the header
-// right after a pop's 16-bit commit would stall on store forwarding.
+// Every section commits the whole 32-bit header {current, end} (end as it read it),
+// and the fast paths load it whole: each pop and push reads the header the one
+// before it wrote, and a 16-bit store forwarded to the next load made that chain
+// the N x alloc loop's limit (AMD Zen 4 forwards 32-bit stores much faster).
 #define USLAB_RSEQ_OPEN                 \
   ".pushsection __rseq_cs, \"aw?\"\n\t" \
   ".balign 32\n\t"                      \
@@ -71,21 +73,22 @@ inline void* percpu_alloc(unsigned cls) {
   void* obj;
   __asm__ goto(USLAB_RSEQ_OPEN
                USLAB_RSEQ_ANY_CPU
-               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-               "movq (%%rdx, %%rcx, 8), %[obj]\n\t"
+               "movl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "movzwl %%cx, %%r9d\n\t"
+               "movq (%%rdx, %%r9, 8), %[obj]\n\t"
                "testq %[obj], %[obj]\n\t"
                "jz %l[miss]\n\t"
-               "movq -8(%%rdx, %%rcx, 8), %%r8\n\t"
+               "movq -8(%%rdx, %%r9, 8), %%r8\n\t"
                "prefetcht0 (%%r8)\n\t"
                "addw %[step], %c[hits](%%rdx, %[cls], 2)\n\t"
                "jc %l[tick]\n\t"
                "decl %%ecx\n\t"
-               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+               "movl %%ecx, 8(%%rdx, %[cls], 4)\n\t"
                USLAB_RSEQ_CLOSE
                : [obj] "=&a"(obj)  // the return register: no move after the section
                : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count), [region] "r"(g_cpu_region),
                  [cls] "r"(uint64_t{cls}), [hits] "i"(kHitsOffset), [step] "i"(kHitStep)
-               : "rcx", "rdx", "r8", "memory", "cc"
+               : "rcx", "rdx", "r8", "r9", "memory", "cc"
                : abort, miss, tick);
   if (obj == nullptr) __builtin_unreachable();  // tested above
   sheaf_acquire(&obj, 1);
@@ -107,19 +110,22 @@ inline void percpu_push_one(void* p, unsigned cls) {
   sheaf_release(&p, 1);
   __asm__ goto(USLAB_RSEQ_OPEN
                USLAB_RSEQ_ANY_CPU
-               "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-               "cmpw 10(%%rdx, %[cls], 4), %%cx\n\t"
+               "movl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+               "movzwl %%cx, %%eax\n\t"
+               "movl %%ecx, %%r8d\n\t"
+               "shrl $16, %%r8d\n\t"
+               "cmpl %%r8d, %%eax\n\t"
                "jae %l[miss]\n\t"
-               "cmpq %[p], (%%rdx, %%rcx, 8)\n\t"
+               "cmpq %[p], (%%rdx, %%rax, 8)\n\t"
                "je %l[miss]\n\t"
-               "movq %[p], 8(%%rdx, %%rcx, 8)\n\t"
+               "movq %[p], 8(%%rdx, %%rax, 8)\n\t"
                "incl %%ecx\n\t"
-               "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+               "movl %%ecx, 8(%%rdx, %[cls], 4)\n\t"
                USLAB_RSEQ_CLOSE
                :
                : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count), [region] "r"(g_cpu_region),
                  [cls] "r"(uint64_t{cls}), [p] "r"(p)
-               : "rax", "rcx", "rdx", "memory", "cc"
+               : "rax", "rcx", "rdx", "r8", "memory", "cc"
                : abort, miss);
   return;
 abort:
@@ -179,10 +185,13 @@ inline void percpu_free(void* p, unsigned cls) {
   "movq $-1, %" k "\n\t"   \
   "8:\n\t"
 
-// Commits current (cx) and ends a batch pop or push; label 6 is its early exit,
-// with nothing moved.
-#define USLAB_RSEQ_COMMIT_BATCH            \
-  "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"  \
+// Commits the header {current (ecx), end (the 32-bit register `end`, read at the
+// section's start)} and ends a batch pop or push; label 6 is its early exit, with
+// nothing moved.
+#define USLAB_RSEQ_COMMIT_BATCH(end)        \
+  "shll $16, " end "\n\t"                 \
+  "orl %%ecx, " end "\n\t"                \
+  "movl " end ", 8(%%rdx, %[cls], 4)\n\t" \
   USLAB_RSEQ_CLOSE_RETRY                   \
   "jmp 8f\n\t"                            \
   "6:\n\t"                                \
@@ -195,6 +204,7 @@ inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
   __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
                    USLAB_RSEQ_ON_CPU_OR_EXIT
                    "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
+                   "movzwl 10(%%rdx, %[cls], 4), %%eax\n\t"
                    "movq %%rcx, %[k]\n\t"
                    "subq %[begin], %[k]\n\t"
                    "jbe 6f\n\t"
@@ -203,7 +213,7 @@ inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
                    "subq %[k], %%rcx\n\t"
                    "leaq 8(%%rdx, %%rcx, 8), %%r10\n\t"
                    USLAB_RSEQ_COPY("%%r10", "%[out]", "%%r9")
-                   USLAB_RSEQ_COMMIT_BATCH
+                   USLAB_RSEQ_COMMIT_BATCH("%%eax")
                    : [k] "=&r"(k)
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [begin] "rm"(uint64_t{kSheafLayout.begin[cls]}),
@@ -220,7 +230,8 @@ inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size
   __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
                    USLAB_RSEQ_ON_CPU_OR_EXIT
                    "movzwl 8(%%rdx, %[cls], 4), %%ecx\n\t"
-                   "movzwl 10(%%rdx, %[cls], 4), %%eax\n\t"
+                   "movzwl 10(%%rdx, %[cls], 4), %%r11d\n\t"
+                   "movl %%r11d, %%eax\n\t"
                    "subl %%ecx, %%eax\n\t"
                    "jbe 6f\n\t"
                    "movl %%eax, %k[k]\n\t"
@@ -232,11 +243,11 @@ inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size
                    "leaq 8(%%rdx, %%rcx, 8), %%r9\n\t"
                    USLAB_RSEQ_COPY("%%r10", "%%r9", "%%rax")
                    "addl %k[k], %%ecx\n\t"
-                   USLAB_RSEQ_COMMIT_BATCH
+                   USLAB_RSEQ_COMMIT_BATCH("%%r11d")
                    : [k] "=&r"(k)
                    : [rs] "r"(g_rseq_offset), [cpu] "rm"(cpu), [region] "r"(g_cpu_region),
                      [cls] "r"(uint64_t{cls}), [src] "r"(src), [n] "rm"(uint64_t{n})
-                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "xmm0", "memory", "cc");
+                   : "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "xmm0", "memory", "cc");
   return k;
 }
 
@@ -276,7 +287,9 @@ inline long percpu_push_draining(uint32_t cpu, unsigned cls, void* p, void** out
                    "movq %[p], 8(%%rdx, %%rcx, 8)\n\t"
                    "incl %%ecx\n\t"
                    "12:\n\t"
-                   "movw %%cx, 8(%%rdx, %[cls], 4)\n\t"
+                   "shll $16, %%eax\n\t"
+                   "orl %%ecx, %%eax\n\t"
+                   "movl %%eax, 8(%%rdx, %[cls], 4)\n\t"
                    USLAB_RSEQ_CLOSE_RETRY
                    USLAB_RSEQ_EXIT("[k]")
                    : [k] "=&r"(k)
