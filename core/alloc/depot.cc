@@ -23,6 +23,17 @@ USLAB_LOCK_SET(
     kDepot, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
     [](uint32_t i) { return &g_depot[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 
+constinit uint64_t g_depot_bound[kMaxClasses] = {};
+
+uint32_t depot_bound_for(unsigned cls, unsigned shards) {
+  size_t bytes = (size_t{256} << 10) / shards;
+  if (bytes < (size_t{64} << 10)) bytes = size_t{64} << 10;
+  size_t n = bytes / (size_t{batch_size(cls)} * class_size(cls));
+  const uint32_t bound = static_cast<uint32_t>(n < 1 ? 1 : n);
+  __atomic_store_n(&g_depot_bound[cls], uint64_t{shards} << 32 | bound, __ATOMIC_RELAXED);
+  return bound;
+}
+
 unsigned Depot::shard() const {
   return static_cast<unsigned>((this - &g_depot[0][0]) / kMaxClasses);
 }

@@ -126,12 +126,18 @@ inline uint32_t slab_drain_size(unsigned cls) {
 // 16 B - 2 KiB objects (`bench requests`) sent most of what it freed to the slabs and
 // took it back from there (1.7x tcmalloc's time, 1.26x with the bound shared over the
 // shards used).
+// Each class's bound is kept with the count of shards used it was computed for
+// (g_depot_bound: that count in the high half, the bound in the low), since a drain
+// asks for it up to three times a batch and the two divisions cost a cycle an object
+// of N x free at 16 B; a stale entry is recomputed, a lost race only recomputes again.
+extern uint64_t g_depot_bound[kMaxClasses] USLAB_HIDDEN;
+uint32_t depot_bound_for(unsigned cls, unsigned shards);
 inline uint32_t depot_max_full(unsigned cls) {
   if (g_config.poison) return 0;  // every object goes to its slab to be poisoned
-  size_t bytes = (size_t{256} << 10) / shards_used();
-  if (bytes < (size_t{64} << 10)) bytes = size_t{64} << 10;
-  size_t n = bytes / (size_t{batch_size(cls)} * class_size(cls));
-  return static_cast<uint32_t>(n < 1 ? 1 : n);
+  const unsigned shards = shards_used();
+  const uint64_t w = __atomic_load_n(&g_depot_bound[cls], __ATOMIC_RELAXED);
+  if (__builtin_expect(w >> 32 == shards, 1)) return static_cast<uint32_t>(w);
+  return depot_bound_for(cls, shards);
 }
 
 inline bool Depot::at_bound(unsigned cls) const {
