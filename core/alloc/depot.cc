@@ -24,6 +24,7 @@ USLAB_LOCK_SET(
     [](uint32_t i) { return &g_depot[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 
 constinit uint64_t g_depot_bound[kMaxClasses] = {};
+constinit uint32_t g_alloc_epoch[kMaxShards] = {};
 
 uint32_t depot_bound_for(unsigned cls, unsigned shards) {
   size_t bytes = (size_t{256} << 10) / shards;
@@ -38,7 +39,20 @@ unsigned Depot::shard() const {
   return static_cast<unsigned>((this - &g_depot[0][0]) / kMaxClasses);
 }
 
+bool Depot::stale() const {
+  const uint32_t now = __atomic_load_n(&g_alloc_epoch[shard()], __ATOMIC_RELAXED);
+  return now - __atomic_load_n(&asked_epoch_, __ATOMIC_RELAXED) > kDepotStaleEpochs;
+}
+
+void Depot::asked() {
+  // Stored only when it changed: the line stays shared between the shard's CPUs.
+  const uint32_t now = __atomic_load_n(&g_alloc_epoch[shard()], __ATOMIC_RELAXED);
+  if (__atomic_load_n(&asked_epoch_, __ATOMIC_RELAXED) != now)
+    __atomic_store_n(&asked_epoch_, now, __ATOMIC_RELAXED);
+}
+
 size_t Depot::take(unsigned cls, void** out, size_t n) {
+  asked();
   if (!has_full()) return g_central[shard()][cls].alloc_batch(cls, out, n);  // depot.h
   lock_.lock();
   if (Sheaf* s = full_) {
@@ -67,6 +81,11 @@ size_t Depot::take(unsigned cls, void** out, size_t n) {
 
 void Depot::give(unsigned cls, void* const* objs, size_t n, bool remote) {
   if (n == 0) return;
+  // A class the shard stopped allocating: everything to the slabs (depot.h).
+  if (stale()) {
+    if (has_full()) release(cls, ~uint32_t{0});
+    return central_free(cls, objs, n);
+  }
   // Past the bound without the lock (depot.h); remote drains take it, which counts them.
   if (!remote && at_bound(cls)) return central_free(cls, objs, n);
   Sheaf* fresh = nullptr;

@@ -13,6 +13,12 @@
 // shard: depot_max_full). Idle sheaves decay: every tick (a sixteenth of decay_ms, decay.h), the
 // sheaves that stayed in the depot through the last kCacheIdleTicks intervals (the least of their
 // low-water marks) go back to the slabs, as tcmalloc's transfer cache is plundered.
+// A depot that no refill has asked while its shard's CPUs made kDepotStaleEpochs
+// epochs of allocations (an epoch: a hit counter's carry, kHitsPerCarry allocations
+// of one class on one CPU) holds objects of a class the program stopped allocating:
+// its next give sends everything it holds to the slabs (as jemalloc's tcache GC counts
+// allocation events, not time), so that a program whose sizes drift frees the slabs
+// they pin before it maps more.
 //
 // Locking: each Depot's lock guards both lists and the counters of its class. Order:
 // per-CPU lock → depot lock → central class lock → page heap. The count of full sheaves
@@ -73,6 +79,12 @@ class alignas(64) Depot {
 
   DepotStats stats();
   Mutex& lock() { return lock_; }
+  // A refill asks this depot now (take does): it is not stale for the next
+  // kDepotStaleEpochs epochs of its shard.
+  void asked();
+  // Whether no refill asked it over the last kDepotStaleEpochs epochs of its shard
+  // (racy reads: a stale answer sends one batch to the slabs, or keeps one).
+  bool stale() const;
 
  private:
   // Up to `sheaves` full sheaves back to the slabs.
@@ -89,6 +101,8 @@ class alignas(64) Depot {
   size_t objects_ USLAB_GUARDED_BY(lock_) = 0;
   uint64_t hits_ USLAB_GUARDED_BY(lock_) = 0;
   uint64_t remote_ USLAB_GUARDED_BY(lock_) = 0;
+  // The shard's epoch at the last refill that asked (take); written without the lock.
+  uint32_t asked_epoch_ = 0;
 };
 
 extern Depot g_depot[kMaxShards][kMaxClasses];
@@ -138,6 +152,14 @@ inline uint32_t depot_max_full(unsigned cls) {
   const uint64_t w = __atomic_load_n(&g_depot_bound[cls], __ATOMIC_RELAXED);
   if (__builtin_expect(w >> 32 == shards, 1)) return static_cast<uint32_t>(w);
   return depot_bound_for(cls, shards);
+}
+
+// Allocation epochs of each shard (see the top comment): advanced by the carries of
+// its CPUs' hit counters (percpu_alloc_tick).
+constexpr uint32_t kDepotStaleEpochs = 16;
+extern uint32_t g_alloc_epoch[kMaxShards] USLAB_HIDDEN;
+inline void depot_note_epoch(unsigned shard) {
+  __atomic_add_fetch(&g_alloc_epoch[shard], 1, __ATOMIC_RELAXED);
 }
 
 inline bool Depot::at_bound(unsigned cls) const {

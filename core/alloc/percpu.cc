@@ -199,6 +199,7 @@ void* percpu_alloc_tick(unsigned cls) {
   if (c < g_cpu_count) {
     CpuMeta& m = meta_[c];
     m.class_hits[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
+    depot_note_epoch(shard_of_cpu(c));
     // A tick this carry runs sees the counter where the previous carry left it (0):
     // without the mark, the class that triggers the ticks would look idle to them.
     LockGuard g(m.lock);
