@@ -25,8 +25,13 @@
 // .lbss, after .bss, so that the small globals every process reads and writes at
 // start-up share a few pages instead of being spread over 4 MiB between them (each
 // page an anonymous fault of its own, paid by every process under a system-wide
-// preload).
+// preload). Clang before 17 does not know .lbss as a zero section and stores it in
+// the file (PROGBITS: 4 MiB of zeros, file-backed pages): there they stay in .bss.
+#if defined(__clang__) && __clang_major__ < 17
+#define USLAB_LARGE_ZERO
+#else
 #define USLAB_LARGE_ZERO __attribute__((section(".lbss")))
+#endif
 
 // For the functions every process runs at start-up and exit (the constructor's
 // callees, the exit report's and profile's tests): in .text.startup, which the linker
