@@ -23,8 +23,8 @@ USLAB_LOCK_SET(
     kDepot, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
     [](uint32_t i) { return &g_depot[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 
-constinit uint64_t g_depot_bound[kMaxClasses] = {};
-constinit uint32_t g_alloc_epoch[kMaxShards] = {};
+USLAB_LARGE_ZERO constinit uint64_t g_depot_bound[kMaxClasses] = {};
+USLAB_LARGE_ZERO constinit uint32_t g_alloc_epoch[kMaxShards] = {};
 
 uint32_t depot_bound_for(unsigned cls, unsigned shards) {
   size_t bytes = (size_t{256} << 10) / shards;
