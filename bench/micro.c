@@ -17,8 +17,7 @@
  *        micro pair-after K SIZE        the pair's cycles (minimum of 20 runs of
  *                                       100000) after three rounds of K x alloc then
  *                                       K x free: the state the rounds leave moves
- *                                       some allocators' pair (tcmalloc's: 11.0
- *                                       cycles after none, 6.7 after 10000) */
+ *                                       some allocators' pair (tcmalloc's) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,14 +48,19 @@ static void report(const char *test, size_t size, double *v, int reps, double pe
          test, size, v[0], med, v[0] / per_ns, med / per_ns);
 }
 
+/* n alloc/free pairs of size bytes: each object freed as soon as it is allocated. */
+static void pairs(size_t n, size_t size) {
+  for (size_t i = 0; i < n; i++) {
+    void *p = malloc(size);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "pairs")) {
     size_t n = strtoul(argv[2], NULL, 10), size = strtoul(argv[3], NULL, 10);
-    for (size_t i = 0; i < n; i++) {
-      void *p = malloc(size);
-      __asm__ volatile("" : : "r"(p) : "memory");
-      free(p);
-    }
+    pairs(n, size);
     return 0;
   }
   if (argc == 5 && !strcmp(argv[1], "batches")) {
@@ -83,11 +87,7 @@ int main(int argc, char **argv) {
     double best = 1e30;
     for (int r = 0; r < 20; r++) {
       uint64_t t0 = __rdtsc();
-      for (int i = 0; i < 100000; i++) {
-        void *p = malloc(size);
-        __asm__ volatile("" : : "r"(p) : "memory");
-        free(p);
-      }
+      pairs(100000, size);
       double c = (double)(__rdtsc() - t0) / 100000;
       if (c < best) best = c;
     }
@@ -119,11 +119,7 @@ int main(int argc, char **argv) {
       uint64_t t1 = __rdtsc();
       for (size_t i = 0; i < n; i++) free(ptrs[i]);
       uint64_t t2 = __rdtsc();
-      for (size_t i = 0; i < n; i++) {
-        void *p = malloc(size);
-        __asm__ volatile("" : : "r"(p) : "memory");
-        free(p);
-      }
+      pairs(n, size);
       uint64_t t3 = __rdtsc();
       if (r < 0) continue;
       va[r] = (double)(t1 - t0) / (double)n;

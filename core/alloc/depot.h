@@ -141,9 +141,9 @@ inline uint32_t slab_drain_size(unsigned cls) {
 // took it back from there (1.7x tcmalloc's time, 1.26x with the bound shared over the
 // shards used).
 // Each class's bound is kept with the count of shards used it was computed for
-// (g_depot_bound: that count in the high half, the bound in the low), since a drain
-// asks for it up to three times a batch and the two divisions cost a cycle an object
-// of N x free at 16 B; a stale entry is recomputed, a lost race only recomputes again.
+// (g_depot_bound: that count in the high half, the bound in the low): a drain asks
+// for it up to three times, and each time took two divisions. An entry made for
+// another count is recomputed; a lost race only recomputes again.
 extern uint64_t g_depot_bound[kMaxClasses] USLAB_HIDDEN;
 uint32_t depot_bound_for(unsigned cls, unsigned shards);
 inline uint32_t depot_max_full(unsigned cls) {
