@@ -21,6 +21,25 @@ from common import alternate, preload_env, run_json
 RSS_WORKLOADS = {"peak": ["peak"], "frag": ["frag"], "frag-move": ["frag", "move"]}
 
 
+def print_table(columns, rows):
+    """A Markdown table of rows (lists of cells), and a blank line."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+
+
+def mib(kib):
+    return f"{kib / 1024:.0f} MiB"
+
+
+def medians(results, keys):
+    """{allocator: {key: median over its runs}} of {allocator: [JSON rows]}."""
+    return {a: {k: statistics.median(r[k] for r in runs) for k in keys}
+            for a, runs in results.items()}
+
+
 def bench_rss(args, allocs, out):
     exe = os.path.join(args.build, "bench", "rss")
     idle_ms = 3000
@@ -207,8 +226,7 @@ def bench_bigblocks(args, allocs, out):
           "5 … 25 MiB, every page written, then freed; medians over rounds)\n")
     print("| allocator | wall s | user s | sys s | minor faults | faults / glibc | wall / glibc |")
     print("|---|---|---|---|---|---|---|")
-    med = {a: {k: statistics.median(r[k] for r in rows)
-               for k in ("wall_s", "user_s", "sys_s", "minflt")} for a, rows in results.items()}
+    med = medians(results, ("wall_s", "user_s", "sys_s", "minflt"))
     g = med.get("glibc")
     for a, m in med.items():
         ratios = (f"{m['minflt'] / g['minflt']:.2f} | {m['wall_s'] / g['wall_s']:.2f}" if g
@@ -228,29 +246,45 @@ def thp_peers(allocs):
     return peers, mode
 
 
+# A decay of 1 s for uslab and jemalloc in the churning heap: its holes reach the age
+# at which they are returned several times within the run.
+CHURN_DECAY = {"USLAB_CONF": "decay_ms=1000", "MALLOC_CONF": "dirty_decay_ms:1000,muzzy_decay_ms:0"}
+
+
 def bench_thp(args, allocs, out):
     exe = os.path.join(args.build, "bench", "tlb")
+    churn_exe = os.path.join(args.build, "bench", "hugechurn")
     peers, mode = thp_peers(allocs)
-    results = {}
+    results, churn = {}, {}
 
     def one(a, lib):
         env = {"USLAB_CONF": "thp=false"} if a == "uslab thp=false" else None
         results.setdefault(a, []).extend(run_json([exe, str(4 << 20), str(20 << 20)], lib, env))
+        env = dict(CHURN_DECAY)
+        if a == "uslab thp=false":
+            env["USLAB_CONF"] += ",thp=false"
+        churn.setdefault(a, []).extend(run_json([churn_exe, "8", "256"], lib, env))
 
     alternate(peers, args.rounds, one)
     print(f"Command: tools/uslab bench thp --rounds {args.rounds} (4M objects of 64 bytes, 256 "
           f"MiB, linked in a random cycle and followed 20M times; THP setting: {mode})\n")
-    print("| allocator | ns per step | setup s | peak RSS | AnonHugePages | vs jemalloc |")
-    print("|---|---|---|---|---|---|")
-    med = {a: {k: statistics.median(r[k] for r in runs)
-               for k in ("ns_per_step", "setup_s", "peak_rss_kib", "anon_huge_kib")}
-           for a, runs in results.items()}
-    for a, m in med.items():
-        print(f"| {a} | {m['ns_per_step']:.1f} | {m['setup_s']:.2f} | "
-              f"{m['peak_rss_kib'] / 1024:.0f} MiB | {m['anon_huge_kib'] / 1024:.0f} MiB | "
-              f"{m['ns_per_step'] / med['jemalloc']['ns_per_step']:.2f}× time |")
-    print()
-    out["thp"] = results
+    med = medians(results, ("ns_per_step", "setup_s", "peak_rss_kib", "anon_huge_kib"))
+    jem = med["jemalloc"]
+    print_table(["allocator", "ns per step", "setup s", "peak RSS", "AnonHugePages", "vs jemalloc"],
+                [[a, f"{m['ns_per_step']:.1f}", f"{m['setup_s']:.2f}", mib(m["peak_rss_kib"]),
+                  mib(m["anon_huge_kib"]), f"{m['ns_per_step'] / jem['ns_per_step']:.2f}× time"]
+                 for a, m in med.items()])
+    print("A dense heap that churns (`bench/hugechurn 8 256`: 256 MiB of 16-64 KiB objects, "
+          "every byte written, 1% replaced every 10 ms for 8 s, random reads between; decay "
+          "1 s for uslab and jemalloc; the reads timed over the last 2 s; at the end):\n")
+    med = medians(churn, ("ns_per_read", "anon_huge_kib", "rss_kib", "peak_rss_kib"))
+    jem = med["jemalloc"]
+    print_table(["allocator", "ns per read", "AnonHugePages", "RSS", "peak RSS", "vs jemalloc"],
+                [[a, f"{m['ns_per_read']:.1f}", mib(m["anon_huge_kib"]), mib(m["rss_kib"]),
+                  mib(m["peak_rss_kib"]), f"{m['ns_per_read'] / jem['ns_per_read']:.2f}× time, "
+                  f"{m['peak_rss_kib'] / jem['peak_rss_kib']:.2f}× peak"]
+                 for a, m in med.items()])
+    out["thp"] = {"walk": results, "churn": churn}
 
 
 def bench_drift(args, allocs, out):

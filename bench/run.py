@@ -54,7 +54,9 @@ Benchmarks (default: all):
                 of a run, against glibc and against the empty library
   thp           a 256 MiB heap of 64-byte objects walked in a random cycle: ns per
                 step (TLB misses), peak RSS and AnonHugePages, uslab with and
-                without transparent huge pages
+                without transparent huge pages; and a 256 MiB heap of 16-64 KiB
+                objects that churns for 8 s (hugechurn): ns per random read, huge
+                pages and RSS at the end
   drift         object sizes that drift (16 B to 8 KiB and back), the first 64 bytes of
                 each written or all: peak RSS, huge pages, RSS after 12 s idle, against
                 uslab with thp=false and the peers

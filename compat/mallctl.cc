@@ -173,6 +173,8 @@ int stats_ctl(const char* name, const Call& c) {
     value = st.thp_splits;
   else if (!strcmp(name, "stats.thp_collapses"))
     value = st.thp_collapses;
+  else if (!strcmp(name, "stats.thp_kept"))
+    value = st.thp_kept_bytes;
   else if (!strcmp(name, "stats.thp_resident")) {
     // Read now (the kernel walks the mappings), not at the epoch: none where the
     // kernel has no smaps_rollup (before 4.14).

@@ -189,6 +189,7 @@ struct Stats {
   size_t huge_segments;  // segments advised to use transparent huge pages
   size_t thp_splits;     // times a return took a segment off them (cumulative)
   size_t thp_collapses;  // segments collapsed into them (MADV_COLLAPSE, cumulative)
+  size_t thp_kept_bytes;  // free pages the decay clock left inside them (last purge)
   size_t thread_caches;
   size_t cpu_cached;     // bytes in per-CPU sheaves
   size_t depot_cached;   // bytes in depot sheaves

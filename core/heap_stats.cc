@@ -64,6 +64,7 @@ Stats stats() {
   st.huge_segments = ph.huge_segments;
   st.thp_splits = ph.thp_splits;
   st.thp_collapses = ph.thp_collapses;
+  st.thp_kept_bytes = ph.thp_kept_bytes;
   st.allocated = st.small_allocated + st.large_allocated + st.huge_allocated;
   st.active = st.small_slab_bytes + st.large_allocated + st.huge_allocated;
   st.resident = st.mapped - (st.free_bytes - st.dirty_bytes) + st.metadata;
@@ -187,12 +188,13 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   if (long b = os::thp_resident_bytes(); b >= 0)
     os::format(thp_bytes, sizeof thp_bytes, "%zu", static_cast<size_t>(b));
   out("huge pages (THP %s): %zu segments advised, %zu collapsed, %zu times a return took "
-      "one off them; %s bytes of the process in huge pages (smaps_rollup)\n",
+      "one off them, %zu free bytes kept inside them; %s bytes of the process in huge pages "
+      "(smaps_rollup)\n",
       !g_config.thp                             ? "off: thp=false"
       : os::thp_mode() == os::ThpMode::kNever   ? "off: the system's setting is never"
       : os::thp_mode() == os::ThpMode::kMadvise ? "on, system setting madvise"
                                                 : "on, system setting always",
-      st.huge_segments, st.thp_collapses, st.thp_splits, thp_bytes);
+      st.huge_segments, st.thp_collapses, st.thp_splits, st.thp_kept_bytes, thp_bytes);
   out("deferred: %zu objects pending (%zu bytes in %zu sealed blocks, %zu chained), "
       "%zu freed in %zu blocks, %zu grace periods (%s)\n",
       d.objects_pending, d.bytes_waiting, d.blocks, d.emergency_objects, (size_t)d.objects_freed,

@@ -50,6 +50,9 @@ typedef struct uslab_stats {
                                            pages, splitting those it had (cumulative) */
   unsigned long long thp_collapses;     /* segments measured dense and collapsed into huge
                                            pages (MADV_COLLAPSE, cumulative) */
+  size_t thp_kept;                      /* free bytes the last decay purge left inside
+                                           segments mostly in use, to keep their huge
+                                           pages whole (a trim returns them) */
 } uslab_stats_t;
 
 /* uslab_stats_t.background: */

@@ -53,6 +53,7 @@ USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
   s.thp_segments = st.huge_segments;
   s.thp_splits = st.thp_splits;
   s.thp_collapses = st.thp_collapses;
+  s.thp_kept = st.thp_kept_bytes;
   memcpy(out, &s, size);
   return 0;
 }

@@ -481,12 +481,15 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
     descs_.free(s);
     segment_destroy(seg);
   };
+  size_t kept = 0;
   for (size_t i = 1; i <= kMaxPages; i++) {
     Span* next;
     for (Span* s = dirty_lists_.by_length[i].front(); s; s = next) {
       next = s->next;
       if (!old(s)) continue;
-      if (i < kMaxPages) {
+      if (!all && keeps_huge(s->segment)) {
+        kept += s->npages;
+      } else if (i < kMaxPages) {
         purged += purge_span(s);
       } else if (!s->segment->collapsing) {
         purged += s->bytes();
@@ -501,6 +504,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
     if (old(s) && !s->segment->collapsing) unmap(s);
   }
   purged_bytes_ += purged;
+  thp_kept_pages_ = kept;
   // Descriptor pages left empty by the spans above (and before) go back a tick after:
   // they hold no program data, and the pool fills its pages in use first; after a
   // whole decay they were the last of a peak to go back.
@@ -510,8 +514,11 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
 
 bool PageHeap::backlog(size_t* dirty_bytes) {
   LockGuard g(lock_);
-  *dirty_bytes = dirty_pages_ << kPageShift;
-  return dirty_pages_ || !clean_lists_.by_length[kMaxPages].empty() || descs_.has_empty();
+  // Pages the last purge kept inside huge pages are no work until a purge could
+  // take them: the background thread may sleep on them.
+  const size_t waiting = dirty_pages_ > thp_kept_pages_ ? dirty_pages_ - thp_kept_pages_ : 0;
+  *dirty_bytes = waiting << kPageShift;
+  return waiting || !clean_lists_.by_length[kMaxPages].empty() || descs_.has_empty();
 }
 
 size_t PageHeap::clean_free_bytes() const {
@@ -529,7 +536,12 @@ PageHeapStats PageHeap::stats() {
                        purged_bytes_,
                        huge_segments_,
                        thp_splits_,
-                       thp_collapses_};
+                       thp_collapses_,
+                       thp_kept_pages_ << kPageShift};
+}
+
+bool PageHeap::keeps_huge(const Segment* seg) const {
+  return seg->huge && kMaxPages - seg->used_pages <= kMaxPages / kThpKeepFreeShare;
 }
 
 bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpMode::kNever; }

@@ -61,7 +61,14 @@
 // A purge in an advised segment first advises it MADV_NOHUGEPAGE: the returned pages
 // split off their huge page, and khugepaged (which with max_ptes_none = 511 collapses
 // a range holding a single page) cannot fill the range back to 2 MiB: that refill is
-// the RSS blow-up of THP. Under the "always" setting, every segment not advised huge
+// the RSS blow-up of THP. So the decay clock leaves the free pages of an advised
+// segment alone while at most 1/kThpKeepFreeShare of it is free (Temeraire's rule: a
+// huge page mostly in use is worth more whole than the few pages a return would
+// save): a long-running heap that churns would otherwise lose its huge pages one
+// segment at a time, each time a hole stayed free for decay_ms. Only when memory is
+// short do they go: a trim (malloc_trim, arena.<i>.purge), the memory limit, or a
+// heap that must grow past its dirty allowance (purge_short); and once the segment
+// is sparser, at the next purge. Under the "always" setting, every segment not advised huge
 // is advised MADV_NOHUGEPAGE when it is made, for the same reason (and so that the
 // measure sees 4 KiB faults). Segments are advised whole: one VMA per segment at most.
 //
@@ -90,12 +97,14 @@ struct PageHeapStats {
   size_t huge_segments;  // advised MADV_HUGEPAGE
   size_t thp_splits;     // times a return took a segment off huge pages (cumulative)
   size_t thp_collapses;  // segments collapsed into huge pages (MADV_COLLAPSE, cumulative)
+  size_t thp_kept_bytes;  // free pages the last decay purge left inside huge pages
 
   PageHeapStats& operator+=(const PageHeapStats& o) {
     segments += o.segments;
     huge_segments += o.huge_segments;
     thp_splits += o.thp_splits;
     thp_collapses += o.thp_collapses;
+    thp_kept_bytes += o.thp_kept_bytes;
     free_bytes += o.free_bytes;
     dirty_bytes += o.dirty_bytes;
     large_bytes += o.large_bytes;
@@ -117,6 +126,9 @@ class alignas(64) PageHeap {
   static constexpr size_t kThpEagerMaxPages = 64;            // 512 KiB
   static constexpr size_t kThpProbeEvery = 8;                // eager segments: one in 8 measures
   static constexpr size_t kThpDenseEighths = 7;              // resident share that counts as dense
+  // A huge segment keeps its free pages through decay purges while at most this
+  // share of it is free (above).
+  static constexpr size_t kThpKeepFreeShare = 8;
   // Dirty free pages a heap keeps when it must grow: a segment's worth, or 1/8 of its
   // pages in use (jemalloc 3's lg_dirty_mult default, 8:1).
   static constexpr size_t kDirtyShare = 8;
@@ -203,6 +215,8 @@ class alignas(64) PageHeap {
   // Transparent huge pages (above): whether they are in use, the advice, and the
   // count of a segment's pages in use, which advises it once it is dense.
   static bool thp_enabled();
+  // Whether seg's free pages stay through decay purges (above).
+  bool keeps_huge(const Segment* seg) const USLAB_REQUIRES(lock_);
   void advise_huge(Segment* seg, bool huge) USLAB_REQUIRES(lock_);
   void unqueue_collapse(Segment* seg) USLAB_REQUIRES(lock_);
   // npages more of seg in use, from `fresh` on (not touched yet).
@@ -232,6 +246,7 @@ class alignas(64) PageHeap {
   size_t huge_segments_ USLAB_GUARDED_BY(lock_) = 0;
   size_t thp_splits_ USLAB_GUARDED_BY(lock_) = 0;
   size_t thp_collapses_ USLAB_GUARDED_BY(lock_) = 0;
+  size_t thp_kept_pages_ USLAB_GUARDED_BY(lock_) = 0;  // by the last purge
   // Segments measured dense, waiting for MADV_COLLAPSE, the oldest first; a dense
   // segment that finds the queue full is left to khugepaged.
   static constexpr size_t kCollapseQueue = 8;

@@ -296,9 +296,12 @@ static void test_thp_names(void) {
   CHECK(mallctl("stats.thp_segments", &segments, &len, NULL, 0) == 0);
   CHECK(mallctl("stats.thp_splits", &splits, &len, NULL, 0) == 0);
   CHECK(mallctl("stats.thp_collapses", &collapses, &len, NULL, 0) == 0);
+  size_t kept;
+  CHECK(mallctl("stats.thp_kept", &kept, &len, NULL, 0) == 0);
   uslab_stats_t st;
   CHECK(uslab_stats_get(&st, sizeof st) == 0);
   CHECK(st.thp_segments == segments && st.thp_splits == splits && st.thp_collapses == collapses);
+  CHECK(st.thp_kept == kept);
   if (thp_setting_on() && kernel_at_least(6, 1)) CHECK(collapses > collapsed_before);
   printf("jemalloc_api: %zu segments advised huge pages, %zu collapsed\n", segments, collapses);
   for (int i = 0; i < kBlocks; i++) free(blocks[i]);

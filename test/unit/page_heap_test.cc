@@ -588,3 +588,68 @@ TEST_CASE("a page heap's backlog holds its dirty pages until they are purged") {
   ph.purge(true);
   REQUIRE_FALSE(ph.backlog(&dirty));  // the segment unmapped, its descriptors purged
 }
+
+TEST_CASE("a huge segment mostly in use keeps its free pages until memory is short") {
+  config_init();
+  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) {
+    WARN("transparent huge pages off here: no segment is advised");
+    return;
+  }
+  const uint64_t saved = g_config.decay_ms;
+  g_config.decay_ms = 1;  // every free page old enough for a decay purge at once
+  PageHeap ph{Mutex::kUnranked};
+  std::vector<Span*> spans = fill_segment(ph, true);
+  Segment* seg = spans[0]->segment;
+  REQUIRE(seg->huge);
+  bool z;
+  // Split the second half into spans of 8 pages, all written.
+  ph.free(spans[1]);
+  spans.pop_back();
+  const size_t rest = PageHeap::kMaxPages - seg->used_pages;
+  for (size_t n = 0; n + 8 <= rest; n += 8) {
+    Span* s = ph.alloc(8, 1, SpanKind::kLarge, &z);
+    REQUIRE(s->segment == seg);
+    memset(s->start, 1, s->bytes());
+    spans.push_back(s);
+  }
+  while (seg->used_pages < PageHeap::kMaxPages) spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
+  REQUIRE(seg->huge);
+  std::vector<bool> gone(spans.size(), false);
+  auto give = [&](size_t i) {
+    ph.free(spans[i]);
+    gone[i] = true;
+  };
+  const size_t splits = ph.stats().thp_splits;
+
+  // A few holes (a sixteenth of the segment): the decay purge leaves them resident.
+  size_t freed = 0;
+  for (size_t i = 2; freed < PageHeap::kMaxPages / 16; i += 2, freed += 8) give(i);
+  CHECK(ph.purge(false) == 0);
+  CHECK(seg->huge);
+  CHECK(has_flag(vm_flags(seg), "hg"));
+  CHECK(ph.stats().thp_splits == splits);
+  CHECK(ph.stats().thp_kept_bytes == freed * kPageSize);
+  CHECK(ph.stats().dirty_bytes == freed * kPageSize);
+  size_t dirty;
+  CHECK_FALSE(ph.backlog(&dirty));  // nothing for the background thread to do
+  CHECK(dirty == 0);
+
+  SECTION("a trim returns them") {
+    CHECK(ph.purge(true) == freed * kPageSize);
+    CHECK_FALSE(seg->huge);
+    CHECK(ph.stats().thp_splits == splits + 1);
+    CHECK(ph.stats().dirty_bytes == 0);
+  }
+  SECTION("a segment grown sparse returns them at the next decay purge") {
+    size_t more = 0;
+    for (size_t i = 3; freed + more <= PageHeap::kMaxPages / 8; i += 2, more += 8) give(i);
+    CHECK(ph.purge(false) == (freed + more) * kPageSize);
+    CHECK_FALSE(seg->huge);
+    CHECK(ph.stats().thp_kept_bytes == 0);
+  }
+  g_config.decay_ms = saved;
+  for (size_t i = 0; i < spans.size(); i++)
+    if (!gone[i]) ph.free(spans[i]);
+  ph.purge(true);
+  CHECK(ph.stats().segments == 0);
+}
