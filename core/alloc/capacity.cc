@@ -78,31 +78,16 @@ uint32_t recent_misses(CpuMeta& m, unsigned cls) {
   return misses_of(m, cls) - m.misses_at_tick[cls] + m.misses_before[cls];
 }
 
-// Whether class v has stopped missing on the CPU, though it missed often lately:
-// since its last miss the CPU has missed kQuietGaps times as often as v's recent
-// share of its misses would predict. Misses counted, not time: a program that moves
-// from one size to the next within a tick period (`bench concurrent`) leaves the
-// classes before it with the most recent misses, and the rate test alone kept the
-// new class from growing; a class that misses steadily but rarely (rptest's 50
-// classes) is seldom quiet for sixteen of its usual gaps (eight doubled its steals).
-constexpr uint64_t kQuietGaps = 16;
-bool stopped_missing(CpuMeta& m, unsigned v, uint32_t recent) USLAB_REQUIRES(m.lock) {
-  const uint32_t now = m.misses.load(std::memory_order_relaxed);
-  const uint64_t gap = now - m.last_miss[v].load(std::memory_order_relaxed);
-  const uint64_t all = now - m.all_misses_at_tick + m.all_misses_before;
-  return gap * recent >= kQuietGaps * all;
-}
-
-// Takes capacity from a class of CPU c other than `keep` that has not missed since the
-// thief last passed it (second-chance clock) and missed less than half as often as
-// `keep` lately, or has stopped missing. Lock of c held. False when nothing could be
-// taken (or the thread left c). Without the hysteresis, and with two revolutions of the
-// clock that always found a victim, the 50 classes of rptest, all missing, passed
-// capacity back and forth: one steal per grow (500,000 in 16 s), each batch stolen
-// drained to the depot and refilled again, 25% of the run's time. The clock visits the
-// classes in `held` only (a walk of all 127 headers was 20% of rptest's time) and
-// kStealLooks of them a call, so that a miss where no class qualifies costs little; it
-// goes on from there next time.
+// Takes capacity from a class of CPU c other than `keep` that has not missed since
+// the thief last passed it (second-chance clock) and missed less than half as often
+// as `keep` lately. Lock of c held. False when nothing could be taken (or the thread
+// left c). Without the hysteresis, and with two revolutions of the clock that always
+// found a victim, the 50 classes of rptest, all missing, passed capacity back and
+// forth: one steal per grow (500,000 in 16 s), each batch stolen drained to the
+// depot and refilled again, 25% of the run's time. The clock visits the classes in
+// `held` only (a walk of all 127 headers was 20% of rptest's time) and kStealLooks of
+// them a call, so that a miss where no class qualifies costs little; it goes on from
+// there next time.
 constexpr unsigned kStealLooks = 8;
 constexpr uint8_t kStealWait = 8;
 bool steal(uint32_t c, CpuMeta& m, unsigned keep) USLAB_REQUIRES(m.lock) {
@@ -118,8 +103,7 @@ bool steal(uint32_t c, CpuMeta& m, unsigned keep) USLAB_REQUIRES(m.lock) {
       m.missed.set(v, false);
       continue;
     }
-    const uint32_t recent = recent_misses(m, v);
-    if (2 * uint64_t{recent} >= need && !stopped_missing(m, v, recent)) continue;
+    if (2 * uint64_t{recent_misses(m, v)} >= need) continue;
     uint32_t step = batch_size(v) < cap ? batch_size(v) : cap;
     void* spill[kMaxBatch];
     long k = percpu_resize(c, v, begin_of(v) + cap - step, spill);
@@ -156,7 +140,6 @@ void tick_every_few_misses(CpuMeta& m) {
 void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot) {
   prepare_cpu(c);
   CpuMeta& m = meta_[c];
-  m.last_miss[cls].store(m.misses.load(std::memory_order_relaxed), std::memory_order_relaxed);
   if (alloc) {
     int32_t r = m.reuse.load(std::memory_order_relaxed) + (from_depot ? 1 : -kSlabRefill);
     r = r > kReuseCap ? kReuseCap : r < -kReuseCap ? -kReuseCap : r;

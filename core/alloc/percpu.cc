@@ -563,9 +563,6 @@ void percpu_decay_sheaves() {
         any_in_use = true;
       }
     }
-    const uint32_t all = m.misses.load(std::memory_order_relaxed);
-    m.all_misses_before = all - m.all_misses_at_tick;
-    m.all_misses_at_tick = all;
     m.active.clear_all();
     m.missed_tick.clear_all();
     if (any_idle) drain_cpu(c, m, idle);

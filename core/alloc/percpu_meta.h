@@ -85,10 +85,6 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   // before it: how much a class needs its capacity (the thief's hysteresis).
   uint32_t misses_at_tick[kMaxClasses];
   uint32_t misses_before[kMaxClasses];
-  // The same for the whole CPU (`misses`), and `misses` at each class's last miss:
-  // how many misses the CPU has had since (racy, as `misses`).
-  uint32_t all_misses_at_tick, all_misses_before;
-  std::atomic<uint32_t> last_miss[kMaxClasses];
   uint8_t steal_wait[kMaxClasses];  // misses before a class denied capacity tries again
   uint8_t idle_ticks[kMaxClasses];  // decay ticks in a row the class went unused (its lock held)
   uint64_t pages_ready;             // pages of the CPU's region prepare_slots backed (a bit each)
