@@ -78,16 +78,44 @@ uint32_t recent_misses(CpuMeta& m, unsigned cls) {
   return misses_of(m, cls) - m.misses_at_tick[cls] + m.misses_before[cls];
 }
 
-// Takes capacity from a class of CPU c other than `keep` that has not missed since
-// the thief last passed it (second-chance clock) and missed less than half as often
-// as `keep` lately. Lock of c held. False when nothing could be taken (or the thread
-// left c). Without the hysteresis, and with two revolutions of the clock that always
-// found a victim, the 50 classes of rptest, all missing, passed capacity back and
-// forth: one steal per grow (500,000 in 16 s), each batch stolen drained to the
-// depot and refilled again, 25% of the run's time. The clock visits the classes in
-// `held` only (a walk of all 127 headers was 20% of rptest's time) and kStealLooks of
-// them a call, so that a miss where no class qualifies costs little; it goes on from
-// there next time.
+// Whether class v has stopped missing on the CPU, though it missed often lately: the
+// CPU has missed more than kQuietGaps times v's longest recent gap between two of its
+// misses within the last two tick periods (and kQuietMin times) since its last one.
+// Misses counted, not time: a program that moves from one size to the next within a
+// tick period (`bench concurrent`) leaves the classes before it with the most recent
+// misses, and the rate test alone kept the new class from growing. A class's own gaps,
+// not its share of the misses: classes used in turns (a burst of misses each, all
+// wanting more than the budget) are quiet between their bursts for about as long as
+// they always are, and taking from them there was a steal every eighth miss.
+constexpr uint32_t kQuietGaps = 2, kQuietMin = 64;
+bool stopped_missing(CpuMeta& m, unsigned v) {
+  const uint32_t last = m.last_miss[v].load(std::memory_order_relaxed);
+  if (last == 0) return false;
+  const uint64_t quiet = m.misses.load(std::memory_order_relaxed) + 1 - last;
+  return quiet > uint64_t{kQuietGaps} * m.long_gap[v].load(std::memory_order_relaxed) + kQuietMin;
+}
+
+// A miss of cls: its gap since the one before, and this one's place.
+void note_miss(CpuMeta& m, unsigned cls) {
+  const uint32_t now = m.misses.load(std::memory_order_relaxed) + 1;
+  const uint32_t last = m.last_miss[cls].load(std::memory_order_relaxed);
+  const uint32_t window = now - m.misses_tick_before.load(std::memory_order_relaxed);
+  const uint32_t gap = now - last;
+  if (last != 0 && gap <= window && gap > m.long_gap[cls].load(std::memory_order_relaxed))
+    m.long_gap[cls].store(gap, std::memory_order_relaxed);
+  m.last_miss[cls].store(now, std::memory_order_relaxed);
+}
+
+// Takes capacity from a class of CPU c other than `keep` that has not missed since the
+// thief last passed it (second-chance clock) and missed less than half as often as
+// `keep` lately, or has stopped missing. Lock of c held. False when nothing could be
+// taken (or the thread left c). Without the hysteresis, and with two revolutions of the
+// clock that always found a victim, the 50 classes of rptest, all missing, passed
+// capacity back and forth: one steal per grow (500,000 in 16 s), each batch stolen
+// drained to the depot and refilled again, 25% of the run's time. The clock visits the
+// classes in `held` only (a walk of all 127 headers was 20% of rptest's time) and
+// kStealLooks of them a call, so that a miss where no class qualifies costs little; it
+// goes on from there next time.
 constexpr unsigned kStealLooks = 8;
 constexpr uint8_t kStealWait = 8;
 bool steal(uint32_t c, CpuMeta& m, unsigned keep) USLAB_REQUIRES(m.lock) {
@@ -103,7 +131,7 @@ bool steal(uint32_t c, CpuMeta& m, unsigned keep) USLAB_REQUIRES(m.lock) {
       m.missed.set(v, false);
       continue;
     }
-    if (2 * uint64_t{recent_misses(m, v)} >= need) continue;
+    if (2 * uint64_t{recent_misses(m, v)} >= need && !stopped_missing(m, v)) continue;
     uint32_t step = batch_size(v) < cap ? batch_size(v) : cap;
     void* spill[kMaxBatch];
     long k = percpu_resize(c, v, begin_of(v) + cap - step, spill);
@@ -140,6 +168,7 @@ void tick_every_few_misses(CpuMeta& m) {
 void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot) {
   prepare_cpu(c);
   CpuMeta& m = meta_[c];
+  note_miss(m, cls);
   if (alloc) {
     int32_t r = m.reuse.load(std::memory_order_relaxed) + (from_depot ? 1 : -kSlabRefill);
     r = r > kReuseCap ? kReuseCap : r < -kReuseCap ? -kReuseCap : r;

@@ -563,6 +563,11 @@ void percpu_decay_sheaves() {
         any_in_use = true;
       }
     }
+    for (auto& gap : m.long_gap)
+      gap.store(gap.load(std::memory_order_relaxed) / 2, std::memory_order_relaxed);
+    m.misses_tick_before.store(m.misses_last_tick.load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
+    m.misses_last_tick.store(m.misses.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m.active.clear_all();
     m.missed_tick.clear_all();
     if (any_idle) drain_cpu(c, m, idle);

@@ -85,6 +85,14 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   // before it: how much a class needs its capacity (the thief's hysteresis).
   uint32_t misses_at_tick[kMaxClasses];
   uint32_t misses_before[kMaxClasses];
+  // Each class's last miss, as `misses` then plus one (0: none yet), and the longest
+  // run of the CPU's misses between two of its misses, halved every decay tick: how
+  // long the class has been quiet against how long it usually is (racy, as `misses`).
+  std::atomic<uint32_t> last_miss[kMaxClasses];
+  std::atomic<uint32_t> long_gap[kMaxClasses];
+  // `misses` at the last decay tick and at the one before: a gap that began before
+  // the second is a class coming back, not its rhythm, and is not recorded.
+  std::atomic<uint32_t> misses_last_tick, misses_tick_before;
   uint8_t steal_wait[kMaxClasses];  // misses before a class denied capacity tries again
   uint8_t idle_ticks[kMaxClasses];  // decay ticks in a row the class went unused (its lock held)
   uint64_t pages_ready;             // pages of the CPU's region prepare_slots backed (a bit each)

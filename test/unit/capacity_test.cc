@@ -118,6 +118,26 @@ TEST_CASE("the capacity thief takes from idle classes and leaves busy ones alone
     percpu_class_stats(st);
     CHECK(st[cls].cpu_objects >= 192);
   }
+
+  SECTION("a class that stopped missing gives way within the tick period") {
+    // Each of the others used alone in turn, in the same tick period, missing far
+    // more than 1 KiB will (a program that moved on from one size to the next): their
+    // rate alone would keep it from taking anything.
+    // The ticks first put the classes' earlier uses out of the window their rhythm
+    // is measured over.
+    for (int i = 0; i < 2; i++) decay_tick_now();
+    for (size_t size : sizes) churn({size}, 256, 20);  // past what a class may cache
+    const unsigned cls = size_to_class(1024);
+    const PerCpuStats before = percpu_stats();
+    churn({1024}, 256, 6);
+    CHECK(percpu_stats().steals > before.steals);
+    std::vector<void*> objs(256);
+    for (void*& p : objs) p = heap::alloc(1024);
+    for (void* p : objs) heap::free(p);
+    PerCpuClassStats st[kMaxClasses];
+    percpu_class_stats(st);
+    CHECK(st[cls].cpu_objects >= 192);
+  }
 }
 
 namespace {
