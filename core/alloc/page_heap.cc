@@ -308,6 +308,9 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
   s->obj_size = 0;
   s->dirty = Span::kDirty;
   s->freed_at_ms = now;
+  // Until the next purge sorts them again, every dirty page counts as work (backlog):
+  // pages freed now may lie where nothing keeps them.
+  thp_kept_pages_ = 0;
 
   coalesce(s);
   insert_free(s);

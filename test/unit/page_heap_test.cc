@@ -634,6 +634,14 @@ TEST_CASE("a huge segment mostly in use keeps its free pages until memory is sho
   CHECK_FALSE(ph.backlog(&dirty));  // nothing for the background thread to do
   CHECK(dirty == 0);
 
+  SECTION("pages freed since count as work until a purge keeps them again") {
+    give(3);
+    CHECK(ph.backlog(&dirty));
+    CHECK(ph.purge(false) == 0);
+    CHECK_FALSE(ph.backlog(&dirty));
+    freed += 8;
+    CHECK(ph.stats().thp_kept_bytes == freed * kPageSize);
+  }
   SECTION("a trim returns them") {
     CHECK(ph.purge(true) == freed * kPageSize);
     CHECK_FALSE(seg->huge);
