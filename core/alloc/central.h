@@ -16,19 +16,18 @@
 //
 // Locking: each CentralList's lock guards its partial list, its spares, the bitmap,
 // free_count and on_partial of every slab of that class, and the counters;
-// free_objects_ is also read without it, by shards deciding whether to borrow
-// (stored atomically; a stale value only skips or tries a list). A shard's
-// g_central_free_bytes is added to atomically, in steps, under each of its class
-// locks and read without any (a stale total only starts the background thread a
-// batch early or late). A class lock is never held while taking another (borrowing
-// drops its own first, then only try_locks). A new slab is carved (descriptor filled, objects of a
-// cache class constructed or poisoned, page map written) outside the lock and then
-// published under it. Empty slabs are handed to their segment's page heap after the
-// class lock is dropped (order: class lock → never the page heap lock). A page heap
-// that takes spares back only try-locks class locks (its caller may hold any lock
-// ranked above it); g_central_spare_classes is written under the class lock and read
-// without any (a stale bit only visits a list with no spare, or skips one until the
-// tick).
+// free_objects_ is also read without it, by shards deciding whether to borrow (stored
+// atomically; a stale value only skips or tries a list). A shard's g_central_free_bytes
+// is added to atomically, in steps, under each of its class locks and read without any
+// (a stale total only starts the background thread a batch early or late). A class lock
+// is never held while taking another (borrowing drops its own first, then only
+// try_locks). A new slab is carved (descriptor filled, objects of a cache class
+// constructed or poisoned, page map written) outside the lock and then published under
+// it. Empty slabs are handed to their segment's page heap after the class lock is
+// dropped (order: class lock → never the page heap lock). A page heap that takes spares
+// back only try-locks class locks (its caller may hold any lock ranked above it);
+// g_central_spare_classes is written under the class lock and read without any (a stale
+// bit only visits a list with no spare, or skips one until the tick).
 //
 // A slab whose objects all came back stays the class's, a spare, until the next
 // decay tick, or until a page heap of its node has no free span that fits (it takes

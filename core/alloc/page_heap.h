@@ -59,18 +59,18 @@
 // kThpEagerMaxPages or more, which do not tile a segment's 511 pages (three 1 MiB
 // blocks leave 127 pages that a huge page made resident: db_bench 99 MiB, 91 without).
 // A purge in an advised segment first advises it MADV_NOHUGEPAGE: the returned pages
-// split off their huge page, and khugepaged (which with max_ptes_none = 511 collapses
-// a range holding a single page) cannot fill the range back to 2 MiB: that refill is
-// the RSS blow-up of THP. So the decay clock leaves the free pages of an advised
-// segment alone while at most 1/kThpKeepFreeShare of it is free (Temeraire's rule: a
-// huge page mostly in use is worth more whole than the few pages a return would
-// save): a long-running heap that churns would otherwise lose its huge pages one
-// segment at a time, each time a hole stayed free for decay_ms. Only when memory is
-// short do they go: a trim (malloc_trim, arena.<i>.purge), the memory limit, or a
-// heap that must grow past its dirty allowance (purge_short); and once the segment
-// is sparser, at the next purge. Under the "always" setting, every segment not advised huge
-// is advised MADV_NOHUGEPAGE when it is made, for the same reason (and so that the
-// measure sees 4 KiB faults). Segments are advised whole: one VMA per segment at most.
+// split off their huge page, and khugepaged (which with max_ptes_none = 511 collapses a
+// range holding a single page) cannot fill the range back to 2 MiB: that refill is the
+// RSS blow-up of THP. So the decay clock leaves the free pages of an advised segment
+// alone while at most 1/kThpKeepFreeShare of it is free (Temeraire's rule: a huge page
+// mostly in use is worth more whole than the few pages a return would save): a
+// long-running heap that churns would otherwise lose its huge pages one segment at a
+// time, each time a hole stayed free for decay_ms. Only when memory is short do they
+// go: a trim (malloc_trim, arena.<i>.purge), the memory limit, or a heap that must grow
+// past its dirty allowance (purge_short); and once the segment is sparser, at the next
+// purge. Under the "always" setting, every segment not advised huge is advised
+// MADV_NOHUGEPAGE when it is made, for the same reason (and so that the measure sees
+// 4 KiB faults). Segments are advised whole: one VMA per segment at most.
 //
 // Invariants: a free span's page-map entries are set at its first and last page and
 // null inside; an allocated span's are set at its first and last page (slabs set the

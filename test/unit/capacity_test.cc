@@ -122,9 +122,8 @@ TEST_CASE("the capacity thief takes from idle classes and leaves busy ones alone
   SECTION("a class that stopped missing gives way within the tick period") {
     // Each of the others used alone in turn, in the same tick period, missing far
     // more than 1 KiB will (a program that moved on from one size to the next): their
-    // rate alone would keep it from taking anything.
-    // The ticks first put the classes' earlier uses out of the window their rhythm
-    // is measured over.
+    // rate alone would keep it from taking anything. The ticks first put the classes'
+    // earlier uses out of the window their rhythm is measured over.
     for (int i = 0; i < 2; i++) decay_tick_now();
     for (size_t size : sizes) churn({size}, 256, 20);  // past what a class may cache
     const unsigned cls = size_to_class(1024);
