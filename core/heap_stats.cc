@@ -107,9 +107,10 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
   CachedCounts cached;
   if (g_percpu) {
     PerCpuStats pc = percpu_stats();
-    out("uslab stats (mode: %s; %u of %u CPUs used, %zu bytes of capacity per CPU, "
-        "%zu thread caches)\n",
-        rseq_mode_name(rseq_mode()), pc.cpus_used, pc.cpus_possible, pc.budget, cached.ncaches);
+    out("uslab stats (mode: %s, %s addressing; %u of %u CPUs used, %zu bytes of capacity per "
+        "CPU, %zu thread caches)\n",
+        rseq_mode_name(rseq_mode()), sheaf_form_name(), pc.cpus_used, pc.cpus_possible, pc.budget,
+        cached.ncaches);
     out("sheaf capacity: %zu grows (%zu past a CPU's budget), %zu steals, %zu CPU drains\n",
         (size_t)pc.grows, (size_t)pc.borrows, (size_t)pc.steals, (size_t)pc.drains);
   } else {
@@ -274,8 +275,9 @@ void topology_print(void (*write)(void*, const char*), void* opaque) {
           : "no (one node)");
   if (g_percpu) {
     PerCpuStats pc = percpu_stats();
-    out("  mode: %s; sheaves for CPU ids below %u; %zu bytes of sheaf capacity per CPU\n",
-        rseq_mode_name(rseq_mode()), pc.cpus_possible, pc.budget);
+    out("  mode: %s, %s addressing; sheaves for CPU ids below %u; %zu bytes of sheaf capacity "
+        "per CPU\n",
+        rseq_mode_name(rseq_mode()), sheaf_form_name(), pc.cpus_possible, pc.budget);
   } else {
     out("  mode: per-thread caches\n");
   }

@@ -21,8 +21,8 @@ namespace uslab {
 
 constinit char* g_cpu_region = nullptr;
 constinit uint32_t g_cpu_count = 0;
-constinit bool g_percpu = false;
-constinit bool g_percpu_one_node = false;
+constinit uint8_t g_percpu = 0;
+constinit uint8_t g_percpu_one_node = 0;
 
 namespace percpu_internal {
 
@@ -179,8 +179,10 @@ bool percpu_decide() {
         }
       budget_ = g_config.cpu_cache_bytes ? g_config.cpu_cache_bytes : default_budget(n);
       g_cpu_region = region;
+      bool base = g_config.sheaf_addressing == Config::SheafAddressing::kBase ||
+                  (g_config.sheaf_addressing == Config::SheafAddressing::kAuto && cpu_is_intel());
       __atomic_store_n(&g_cpu_count, n, __ATOMIC_RELEASE);
-      __atomic_store_n(&g_percpu, true, __ATOMIC_RELEASE);
+      __atomic_store_n(&g_percpu, base ? kSheafBase : kSheafIndex, __ATOMIC_RELEASE);
       percpu_nodes_changed();
     }
   }
@@ -270,7 +272,8 @@ void percpu_free_slow(void* p, unsigned cls) {
 }
 
 void percpu_nodes_changed() {
-  __atomic_store_n(&g_percpu_one_node, g_percpu && node_count() == 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_percpu_one_node, node_count() == 1 ? g_percpu : uint8_t{0},
+                   __ATOMIC_RELAXED);
 }
 
 void percpu_remote_flush(const uint64_t* entries, size_t n) {

@@ -203,6 +203,16 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
       cfg.topology = TopologySource::kHwloc;
     else
       ok = false;
+  } else if (key_is(k, klen, "sheaf_addressing")) {
+    ok = true;
+    if (key_is(v, vlen, "auto"))
+      cfg.sheaf_addressing = Config::SheafAddressing::kAuto;
+    else if (key_is(v, vlen, "index"))
+      cfg.sheaf_addressing = Config::SheafAddressing::kIndex;
+    else if (key_is(v, vlen, "base"))
+      cfg.sheaf_addressing = Config::SheafAddressing::kBase;
+    else
+      ok = false;
   } else {
     warn(origin, "unknown key", k, klen);
     return;

@@ -43,6 +43,10 @@ struct Config {
   uint64_t memory_limit = 0;
   bool memory_limit_hard = false;
   TopologySource topology = TopologySource::kAuto;
+  // How the per-CPU fast paths address a sheaf's header and slots (percpu_rseq.h):
+  // base+index operands, or base registers computed first; auto picks per CPU vendor.
+  enum class SheafAddressing : uint8_t { kAuto, kIndex, kBase };
+  SheafAddressing sheaf_addressing = SheafAddressing::kAuto;
   bool thp = true;  // transparent huge pages for dense segments (page_heap.h)
   // Checking for debugging (both off by default). poison: freed small objects are
   // filled with kPoisonByte and checked when they are handed out again, and every

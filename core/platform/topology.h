@@ -49,6 +49,10 @@ struct Topology {
   uint32_t cpus_of_node(uint32_t n) const;
 };
 
+// Whether cpuid names the vendor GenuineIntel (the per-CPU fast paths' addressing
+// depends on it: percpu_rseq.h).
+bool cpu_is_intel();
+
 // The probe: `full` adds the caches, online/allowed CPUs and cache sharing.
 void topology_probe(Topology* t, bool full);
 // Fills t's cache sizes as CPU `cpu` sees them (cpuid, else sysfs) and, with

@@ -11,6 +11,16 @@
 
 namespace uslab {
 
+bool cpu_is_intel() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  return __get_cpuid(0, &a, &b, &c, &d) && b == signature_INTEL_ebx && c == signature_INTEL_ecx &&
+         d == signature_INTEL_edx;
+#else
+  return false;
+#endif
+}
+
 uint32_t cpulist_parse(const char* s, uint32_t limit, void (*fn)(uint32_t, void*), void* arg) {
   uint32_t span = 0;
   while (*s && *s != '\n') {
@@ -84,8 +94,7 @@ bool cpuid_caches(Topology* t) {
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
   unsigned max = a, leaf = 0;
-  bool intel = b == signature_INTEL_ebx && c == signature_INTEL_ecx && d == signature_INTEL_edx;
-  if (intel && max >= 4) {
+  if (cpu_is_intel() && max >= 4) {
     leaf = 4;
   } else if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x8000001D &&
              __get_cpuid(0x80000001, &a, &b, &c, &d) && (c >> 22 & 1)) {  // TOPOEXT

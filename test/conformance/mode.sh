@@ -4,6 +4,8 @@
 #  - by default on this machine: per-CPU sheaves through glibc's rseq registration
 #    (fails on a kernel or glibc without rseq, which is what it is meant to show);
 #  - GLIBC_TUNABLES=glibc.pthread.rseq=0: per-CPU through uslab's own registration;
+#  - the fast paths' addressing form: auto's choice (base on Intel CPUs, index on
+#    others), and each one as sheaf_addressing asks;
 #  - USLAB_CONF=percpu=false: per-thread caches, forced;
 #  - under valgrind (no rseq there), when installed: per-thread caches.
 set -u
@@ -24,6 +26,14 @@ expect() {  # expect NAME PATTERN CMD...
 expect "default" "mode: percpu (rseq, glibc's registration)" env LD_PRELOAD="$lib" "$prog"
 expect "glibc rseq off" "mode: percpu (rseq, uslab's registration)" \
   env GLIBC_TUNABLES=glibc.pthread.rseq=0 LD_PRELOAD="$lib" "$prog"
+# The fast paths' addressing form (sheaf_addressing): auto takes base on Intel CPUs.
+auto_form=index
+grep -q -m1 GenuineIntel /proc/cpuinfo && auto_form=base
+expect "addressing auto" "registration), $auto_form addressing;" env LD_PRELOAD="$lib" "$prog"
+expect "sheaf_addressing=base" "registration), base addressing;" \
+  env USLAB_CONF=sheaf_addressing=base LD_PRELOAD="$lib" "$prog"
+expect "sheaf_addressing=index" "registration), index addressing;" \
+  env USLAB_CONF=sheaf_addressing=index LD_PRELOAD="$lib" "$prog"
 expect "percpu=false" "mode: per-thread caches (forced by percpu=false)" \
   env USLAB_CONF=percpu=false LD_PRELOAD="$lib" "$prog"
 if command -v valgrind >/dev/null; then

@@ -60,6 +60,9 @@ TEST_CASE("enumerated keys take their names") {
   CHECK(parsed("background_thread=true").background_thread == Config::Background::kOn);
   CHECK(parsed("foreign_free=abort").foreign_free == Config::ForeignFree::kAbort);
   CHECK(parsed("foreign_free=report").foreign_free == Config::ForeignFree::kReport);
+  CHECK(parsed("sheaf_addressing=base").sheaf_addressing == Config::SheafAddressing::kBase);
+  CHECK(parsed("sheaf_addressing=index").sheaf_addressing == Config::SheafAddressing::kIndex);
+  CHECK(parsed("sheaf_addressing=auto").sheaf_addressing == Config::SheafAddressing::kAuto);
 }
 
 TEST_CASE("a bad value or an unknown key warns once and keeps the default") {
@@ -69,11 +72,12 @@ TEST_CASE("a bad value or an unknown key warns once and keeps the default") {
   CHECK(c.decay_ms == d.decay_ms);
   CHECK(err.find("decay_ms") != std::string::npos);
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
-  c = parsed("percpu=maybe,topology=magic,memory_limit=-5", &err);
+  c = parsed("percpu=maybe,topology=magic,memory_limit=-5,sheaf_addressing=fast", &err);
   CHECK(c.percpu == d.percpu);
   CHECK(c.topology == d.topology);
+  CHECK(c.sheaf_addressing == d.sheaf_addressing);
   CHECK(c.memory_limit == d.memory_limit);
-  CHECK(std::count(err.begin(), err.end(), '\n') == 3);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 4);
   c = parsed("no_such_key=1,decay_ms=7", &err);
   CHECK(err.find("no_such_key") != std::string::npos);
   CHECK(c.decay_ms == 7);  // the entries after a bad one still apply

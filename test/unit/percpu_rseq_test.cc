@@ -45,37 +45,66 @@ struct Pin {
   ~Pin() { sched_setaffinity(0, sizeof old, &old); }
 };
 
+// Whether the per-CPU mode is on (only the per-thread run asks for none); decides it.
+bool per_cpu_mode() {
+  heap::free(heap::alloc(64));
+  if (g_percpu) return true;
+  const char* conf = std::getenv("USLAB_CONF");
+  REQUIRE((conf && std::strstr(conf, "percpu=false")));
+  return false;
+}
+
+// The sheaf of the 64 B class on the CPU this thread is pinned to, taken for a test:
+// its objects are taken out (resized to nothing, closed) and put back at the end, with
+// its capacity; 8 test objects come straight from the slabs (never handed out). No
+// decay tick from the background thread in between: a tick would empty the sheaf.
+struct TestSheaf {
+  const unsigned cls = size_to_class(64);
+  Pin pin;
+  OwnTicks ticks;
+  const uint32_t c = pin.cpu, b = begin_of(cls);
+  uint32_t cap = 0;
+  std::vector<void*> objs = std::vector<void*>(8), saved, out;
+  long nsaved = 0;
+
+  TestSheaf() {
+    REQUIRE(c < g_cpu_count);
+    heap::free(heap::alloc(64));  // on the pinned CPU now
+    cap = capacity_of(c, cls);
+    REQUIRE(cap >= 4);  // a class in use: its first slots are backed
+    REQUIRE(g_central[shard_of_cpu(c)][cls].alloc_batch(cls, objs.data(), objs.size()) ==
+            objs.size());
+    saved.resize(cap);
+    out.resize(cap + 8);
+    LockGuard g(meta_[c].lock);
+    nsaved = on_cpu([&] { return percpu_resize(c, cls, b, saved.data()); });
+    REQUIRE(nsaved >= 0);
+  }
+  ~TestSheaf() {
+    {
+      LockGuard g(meta_[c].lock);
+      CHECK(on_cpu([&] { return percpu_resize(c, cls, b, out.data()); }) >= 0);
+      CHECK(on_cpu([&] { return percpu_resize(c, cls, b + cap, out.data()); }) == 0);
+      if (nsaved > 0)
+        CHECK(on_cpu([&] { return percpu_push_batch(c, cls, saved.data(), nsaved); }) == nsaved);
+      CHECK(cached_of(c, cls) == static_cast<uint32_t>(nsaved));
+    }
+    central_free(cls, objs.data(), objs.size());
+  }
+};
+
 }  // namespace
 
 TEST_CASE("the batch sections push, pop, peek, drain and resize one CPU's sheaf") {
-  const unsigned cls = size_to_class(64);
-  heap::free(heap::alloc(64));  // the mode is decided; this CPU's sheaf of cls is open
-  if (!g_percpu) {  // only the per-thread run asks for no per-CPU mode
-    const char* conf = std::getenv("USLAB_CONF");
-    REQUIRE((conf && std::strstr(conf, "percpu=false")));
-    return;
-  }
-  Pin pin;
-  // No decay tick from the background thread in between: a tick right after the
-  // alloc below would empty the sheaf, which served it without a miss.
-  OwnTicks ticks;
-  const uint32_t c = pin.cpu;
-  REQUIRE(c < g_cpu_count);
-  heap::free(heap::alloc(64));  // on the pinned CPU now
-  const uint32_t b = begin_of(cls);
-  const uint32_t cap = capacity_of(c, cls);
-  REQUIRE(cap >= 4);  // a class in use: its first slots are backed
-
-  // Test objects, straight from the slabs (never handed out).
-  std::vector<void*> objs(8);
-  REQUIRE(g_central[shard_of_cpu(c)][cls].alloc_batch(cls, objs.data(), objs.size()) == objs.size());
-  std::vector<void*> saved(cap), out(cap + 8);
-  long nsaved;
+  if (!per_cpu_mode()) return;
+  TestSheaf t;
+  const unsigned cls = t.cls;
+  const uint32_t c = t.c, b = t.b;
+  std::vector<void*>& objs = t.objs;
+  std::vector<void*>& out = t.out;
   {
     LockGuard g(meta_[c].lock);
-    // Resize to nothing: every cached object comes out, the sheaf is closed.
-    nsaved = on_cpu([&] { return percpu_resize(c, cls, b, saved.data()); });
-    REQUIRE(nsaved >= 0);
+    // Resized to nothing: every cached object came out, the sheaf is closed.
     CHECK(cached_of(c, cls) == 0);
     CHECK(capacity_of(c, cls) == 0);
     CHECK(on_cpu([&] { return percpu_push_batch(c, cls, objs.data(), 3); }) == 0);
@@ -115,12 +144,65 @@ TEST_CASE("the batch sections push, pop, peek, drain and resize one CPU's sheaf"
     CHECK(cached_of(c, cls) == 1);
     CHECK(on_cpu([&] { return percpu_pop_batch(c, cls, out.data(), 8); }) == 1);
     CHECK(out[0] == objs[0]);
-
-    // The sheaf as it was: its capacity and its objects.
-    CHECK(on_cpu([&] { return percpu_resize(c, cls, b + cap, out.data()); }) == 0);
-    if (nsaved > 0)
-      CHECK(on_cpu([&] { return percpu_push_batch(c, cls, saved.data(), nsaved); }) == nsaved);
-    CHECK(cached_of(c, cls) == static_cast<uint32_t>(nsaved));
   }
-  central_free(cls, objs.data(), objs.size());
+}
+
+namespace {
+
+// The push's Miss and Retry for the test below: a miss is noted, a restart redone.
+void* g_missed = nullptr;
+void note_miss(void* p, unsigned) { g_missed = p; }
+template <bool Base>
+void push_retry(void* p, unsigned cls);
+template <bool Base>
+void push(void* p, unsigned cls) {
+  percpu_push_as<note_miss, push_retry<Base>, Base>(p, cls);
+}
+template <bool Base>
+void push_retry(void* p, unsigned cls) {
+  push<Base>(p, cls);
+}
+
+// Pops and pushes through one form on a sheaf of capacity 4 holding a, b (b on top);
+// leaves it so.
+template <bool Base>
+void pop_and_push(uint32_t c, unsigned cls, const std::vector<void*>& objs) {
+  // No carry of the hit counter during the test (its tick may empty the sheaf).
+  reinterpret_cast<uint16_t*>(region_of(c) + kHitsOffset)[cls] = 0;
+  CHECK(percpu_alloc_as<Base>(cls) == objs[1]);
+  CHECK(cached_of(c, cls) == 1);
+  g_missed = nullptr;
+  push<Base>(objs[2], cls);
+  push<Base>(objs[2], cls);  // the top again: a double free goes to the miss path
+  CHECK(g_missed == objs[2]);
+  CHECK(cached_of(c, cls) == 2);
+  push<Base>(objs[3], cls);
+  push<Base>(objs[1], cls);
+  CHECK(cached_of(c, cls) == 4);
+  g_missed = nullptr;
+  push<Base>(objs[4], cls);  // full
+  CHECK(g_missed == objs[4]);
+  CHECK(percpu_alloc_as<Base>(cls) == objs[1]);
+  CHECK(percpu_alloc_as<Base>(cls) == objs[3]);
+  CHECK(percpu_alloc_as<Base>(cls) == objs[2]);
+  CHECK(cached_of(c, cls) == 1);
+  push<Base>(objs[1], cls);
+  CHECK(cached_of(c, cls) == 2);
+  CHECK(hits_of(c, cls) == 4 * kHitStep);
+}
+
+}  // namespace
+
+TEST_CASE("the fast paths' pop and push, in both addressing forms") {
+  if (!per_cpu_mode()) return;
+  TestSheaf t;
+  {
+    LockGuard g(meta_[t.c].lock);
+    CHECK(on_cpu([&] { return percpu_resize(t.c, t.cls, t.b + 4, t.out.data()); }) == 0);
+    CHECK(on_cpu([&] { return percpu_push_batch(t.c, t.cls, t.objs.data(), 2); }) == 2);
+  }
+  // Without the lock: the fast paths' miss and tick paths may take it. Pinned, with
+  // the ticks held, nothing else moves this sheaf.
+  pop_and_push<false>(t.c, t.cls, t.objs);
+  pop_and_push<true>(t.c, t.cls, t.objs);
 }
