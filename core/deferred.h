@@ -33,9 +33,9 @@
 
 namespace uslab::heap {
 
-// Miss and retry paths of the per-CPU push.
+// Miss and retry paths of the per-CPU push (the retry never inlined: percpu.h).
 void defer_miss(void* p, unsigned slot);
-void defer_retry(void* p, unsigned slot);
+[[gnu::noinline]] void defer_retry(void* p, unsigned slot);
 // The push of a thread without a usable CPU sheaf (locked slots).
 void defer_locked(void* p);
 // True once the per-CPU deferred sheaves are in use (per-CPU mode with rseq fences).

@@ -56,7 +56,7 @@ size_t usable_size_for(size_t size, size_t align);
 // program's (track.h: the profiler's hook takes one to hand out itself).
 inline void* take_object(unsigned cls) {
   if (__builtin_expect(holds_index_form(g_percpu), 1)) return percpu_alloc_as<false>(cls);
-  if (g_percpu) return percpu_alloc_as<true>(cls);
+  if (g_percpu) return percpu_alloc_base(cls);
   return thread_cache_alloc(cls);
 }
 // p (class cls, or null) handed to the program: a cache's objects are constructed.
@@ -89,7 +89,7 @@ inline void free_object(void* p, unsigned cls) {
   track_free(p, class_size(cls));
   if (__builtin_expect(holds_index_form(g_percpu_one_node), 1))
     return percpu_free_as<false>(p, cls);
-  if (g_percpu_one_node) return percpu_free_as<true>(p, cls);
+  if (g_percpu_one_node) return percpu_free_base(p, cls);
   if (g_percpu) return percpu_free_nodes(p, cls);
   return thread_cache_free(p, cls);
 }

@@ -191,6 +191,8 @@ bool percpu_decide() {
 }
 
 void* percpu_alloc_retry(unsigned cls) { return percpu_alloc(cls); }
+void* percpu_alloc_base(unsigned cls) { return percpu_alloc_as<true>(cls); }
+void percpu_free_base(void* p, unsigned cls) { percpu_free_as<true>(p, cls); }
 
 void* percpu_alloc_tick(unsigned cls) {
   // The carry banks the hits that wrapped the counter, less the one the retry below

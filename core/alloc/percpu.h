@@ -141,12 +141,23 @@ other:
 void percpu_nodes_changed();
 
 // Slow paths of the fast operations below, and their retry after an abort (out of
-// line, so that the fast paths need no loop and no callee-saved registers).
+// line, so that the fast paths need no loop and no callee-saved registers). The
+// retries are never inlined: into themselves (each one the fast path again, whose
+// abort calls the retry), GCC unrolled them several levels deep, a copy of each
+// section per level (34 pops in percpu_alloc_retry), each a descriptor the loader
+// relocates at start-up.
 void* percpu_alloc_slow(unsigned cls);
 void percpu_free_slow(void* p, unsigned cls);
-void* percpu_alloc_retry(unsigned cls);
+[[gnu::noinline]] void* percpu_alloc_retry(unsigned cls);
 void* percpu_alloc_tick(unsigned cls);  // a hit counter carried (see kHitsOffset)
-void percpu_free_retry(void* p, unsigned cls);
+[[gnu::noinline]] void percpu_free_retry(void* p, unsigned cls);
+// The base form's pop and push (percpu_rseq.h), out of line: the callers reach them by
+// a jump. Each copy of a section inlined into a caller adds a descriptor the loader
+// relocates at start-up; with both forms inlined into every entry point they took
+// two more pages, two more page faults in every process (test/conformance/
+// startup_faults.c).
+void* percpu_alloc_base(unsigned cls);
+void percpu_free_base(void* p, unsigned cls);
 
 // Bulk moves on the current CPU's sheaf of cls: take pops up to n objects into out;
 // put pushes the last k of ptrs[0..n) that fit. Both return k (0 when the thread has

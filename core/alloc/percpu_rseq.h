@@ -132,7 +132,7 @@ tick:
   return percpu_alloc_tick(cls);
 }
 inline void* percpu_alloc(unsigned cls) {
-  return g_percpu == kSheafBase ? percpu_alloc_as<true>(cls) : percpu_alloc_as<false>(cls);
+  return g_percpu == kSheafBase ? percpu_alloc_base(cls) : percpu_alloc_as<false>(cls);
 }
 
 // Push p onto the current CPU's sheaf of cls (header index: a class, kDeferSheaf or
@@ -200,7 +200,8 @@ inline void percpu_free_as(void* p, unsigned cls) {
   percpu_push_as<percpu_free_slow, percpu_free_retry, Base>(p, cls);
 }
 inline void percpu_free(void* p, unsigned cls) {
-  percpu_push_one<percpu_free_slow, percpu_free_retry>(p, cls);
+  if (g_percpu == kSheafBase) return percpu_free_base(p, cls);
+  percpu_free_as<false>(p, cls);
 }
 
 
