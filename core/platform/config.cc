@@ -99,6 +99,17 @@ bool parse_signal(const char* v, size_t n, uint64_t* out) {
   return true;
 }
 
+// One of `names`, the values of enumeration E in order: its value into *out.
+template <class E, size_t N>
+bool parse_choice(const char* v, size_t n, const char* const (&names)[N], E* out) {
+  for (size_t i = 0; i < N; i++)
+    if (key_is(v, n, names[i])) {
+      *out = static_cast<E>(i);
+      return true;
+    }
+  return false;
+}
+
 void warn(const char* origin, const char* what, const char* k, size_t klen) {
   char key[64];
   size_t n = klen < sizeof key - 1 ? klen : sizeof key - 1;
@@ -184,35 +195,11 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
   } else if (key_is(k, klen, "prof_signal")) {
     ok = parse_signal(v, vlen, &cfg.prof_signal);
   } else if (key_is(k, klen, "foreign_free")) {
-    ok = true;
-    if (key_is(v, vlen, "forward"))
-      cfg.foreign_free = Config::ForeignFree::kForward;
-    else if (key_is(v, vlen, "report"))
-      cfg.foreign_free = Config::ForeignFree::kReport;
-    else if (key_is(v, vlen, "abort"))
-      cfg.foreign_free = Config::ForeignFree::kAbort;
-    else
-      ok = false;
+    ok = parse_choice(v, vlen, {"forward", "report", "abort"}, &cfg.foreign_free);
   } else if (key_is(k, klen, "topology")) {
-    ok = true;
-    if (key_is(v, vlen, "auto"))
-      cfg.topology = TopologySource::kAuto;
-    else if (key_is(v, vlen, "probe"))
-      cfg.topology = TopologySource::kProbe;
-    else if (key_is(v, vlen, "hwloc"))
-      cfg.topology = TopologySource::kHwloc;
-    else
-      ok = false;
+    ok = parse_choice(v, vlen, {"auto", "probe", "hwloc"}, &cfg.topology);
   } else if (key_is(k, klen, "sheaf_addressing")) {
-    ok = true;
-    if (key_is(v, vlen, "auto"))
-      cfg.sheaf_addressing = Config::SheafAddressing::kAuto;
-    else if (key_is(v, vlen, "index"))
-      cfg.sheaf_addressing = Config::SheafAddressing::kIndex;
-    else if (key_is(v, vlen, "base"))
-      cfg.sheaf_addressing = Config::SheafAddressing::kBase;
-    else
-      ok = false;
+    ok = parse_choice(v, vlen, {"auto", "index", "base"}, &cfg.sheaf_addressing);
   } else {
     warn(origin, "unknown key", k, klen);
     return;

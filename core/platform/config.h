@@ -22,6 +22,8 @@ namespace uslab {
 // topology_adopt_hwloc).
 enum class TopologySource : uint8_t { kAuto, kProbe, kHwloc };
 
+// The enumerations here list their values in the order of the names config.cc
+// parses them from (parse_choice).
 struct Config {
   bool abort_on_error = true;    // invalid/double free: report and abort (false: report, leak)
   bool tcache = true;            // per-thread caches in front of the central lists

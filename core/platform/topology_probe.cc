@@ -2,6 +2,8 @@
 // sched_getaffinity, cpuid) and the record's helpers; see topology.h.
 #include <sys/syscall.h>
 
+#include <atomic>
+
 #include "core/platform/os.h"
 #include "core/platform/topology.h"
 
@@ -11,14 +13,32 @@
 
 namespace uslab {
 
-bool cpu_is_intel() {
+namespace {
+
+// The vendor, once cpuid named it: 0 not yet, 1 Intel, 2 another. In a VM each
+// cpuid traps (topology.h), and the cache probe reads the vendor anyway.
+std::atomic<uint8_t> vendor_seen{0};
+
+bool note_vendor(unsigned b, unsigned c, unsigned d) {
 #if defined(__x86_64__) || defined(__i386__)
-  unsigned a, b, c, d;
-  return __get_cpuid(0, &a, &b, &c, &d) && b == signature_INTEL_ebx && c == signature_INTEL_ecx &&
-         d == signature_INTEL_edx;
+  bool intel = b == signature_INTEL_ebx && c == signature_INTEL_ecx && d == signature_INTEL_edx;
 #else
-  return false;
+  bool intel = false;
 #endif
+  vendor_seen.store(intel ? 1 : 2, std::memory_order_relaxed);
+  return intel;
+}
+
+}  // namespace
+
+bool cpu_is_intel() {
+  if (uint8_t v = vendor_seen.load(std::memory_order_relaxed)) return v == 1;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+#if defined(__x86_64__) || defined(__i386__)
+  __get_cpuid(0, &a, &b, &c, &d);
+#endif
+  (void)a;
+  return note_vendor(b, c, d);
 }
 
 uint32_t cpulist_parse(const char* s, uint32_t limit, void (*fn)(uint32_t, void*), void* arg) {
@@ -94,7 +114,7 @@ bool cpuid_caches(Topology* t) {
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
   unsigned max = a, leaf = 0;
-  if (cpu_is_intel() && max >= 4) {
+  if (note_vendor(b, c, d) && max >= 4) {
     leaf = 4;
   } else if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x8000001D &&
              __get_cpuid(0x80000001, &a, &b, &c, &d) && (c >> 22 & 1)) {  // TOPOEXT
