@@ -1,5 +1,7 @@
 // core/platform/topology_probe.cc — the cheap provider of the topology (sysfs,
-// sched_getaffinity, cpuid) and the record's helpers; see topology.h.
+// sched_getaffinity, cpuid), the record's helpers, and the CPU's vendor; see
+// topology.h. The vendor is kept in one relaxed atomic byte: any thread may read it
+// first, and all of them read the same answer from cpuid.
 #include <sys/syscall.h>
 
 #include <atomic>
