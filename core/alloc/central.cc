@@ -95,11 +95,13 @@ size_t CentralList::carve_slabs(unsigned cls, size_t need) {
   size_t want = 1;
   while (want < kMaxFreshSlabs && want * info.objects < need) want++;
   bool zeroed;
-  fresh[0] = heap.alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed);
+  const ObjectSize objects =
+      info.size < os::kOsPage ? ObjectSize::kSubPage : ObjectSize::kPageOrMore;
+  fresh[0] = heap.alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed, objects);
   size_t got = fresh[0] != nullptr;
   // The first may come from another heap's surplus: the rest only from this one.
   if (got && want > 1 && &page_heap_of(fresh[0]) == &heap)
-    got += heap.alloc_more(info.slab_pages, SpanKind::kSlab, fresh + 1, want - 1);
+    got += heap.alloc_more(info.slab_pages, SpanKind::kSlab, fresh + 1, want - 1, objects);
   size_t k = 0;
   for (size_t i = 0; i < got; i++)
     if (init_slab(cls, fresh[i])) fresh[k++] = fresh[i];

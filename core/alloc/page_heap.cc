@@ -105,16 +105,17 @@ Span* PageHeap::find_free(size_t npages) {
   return s ? s : clean_lists_.shortest(npages);
 }
 
-Span* PageHeap::grow_heap(size_t want) {
+Span* PageHeap::grow_heap(size_t want, ObjectSize objects) {
   Span* s = new_span_desc();
   if (!s) return nullptr;
-  // Transparent huge pages (page_heap.h): a big heap whose last measured segment was
-  // touched densely advises its new one, but for every kThpProbeEvery-th (it measures
-  // again) and one made for a span that leaves a long tail; the others are kept off
-  // them under the "always" setting.
+  // Transparent huge pages (page_heap.h): a big heap whose last segment filled by a
+  // span of the same size of objects was measured dense advises its new one,
+  // but for every kThpProbeEvery-th (it measures again) and one made for a span that
+  // leaves a long tail; the others are kept off them under the "always" setting.
+  const size_t k = static_cast<size_t>(objects);
   bool huge = false;
-  if (segments_ >= kThpMinSegments && want < kThpEagerMaxPages && thp_eager_)
-    huge = ++thp_made_eager_ % kThpProbeEvery != 0;
+  if (segments_ >= kThpMinSegments && want < kThpEagerMaxPages && thp_eager_[k])
+    huge = ++thp_made_eager_[k] % kThpProbeEvery != 0;
   Segment* seg = segment_create_normal(
       thp_enabled() && (huge || os::thp_mode() == os::ThpMode::kAlways), huge);
   if (!seg) {
@@ -162,12 +163,13 @@ Span* PageHeap::split_front(Span* s, size_t npages) {
   return front;
 }
 
-Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed) {
+Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed,
+                      ObjectSize objects) {
   // The memory limit first (it may release every cache and free page: no lock held).
   if (!limit_admit((npages + align_pages - 1) << kPageShift)) return nullptr;
   {
     LockGuard g(lock_);
-    Span* s = alloc_locked(npages, align_pages, kind, zeroed, false);
+    Span* s = alloc_locked(npages, align_pages, kind, zeroed, false, objects);
     maybe_purge(os::now_ms());
     if (s) return s;
   }
@@ -177,7 +179,7 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
   SpareReclaim reclaim = spare_reclaim_.load(std::memory_order_acquire);
   if (n && reclaim && reclaim(index())) {
     LockGuard g(lock_);
-    if (Span* s = alloc_locked(npages, align_pages, kind, zeroed, false)) return s;
+    if (Span* s = alloc_locked(npages, align_pages, kind, zeroed, false, objects)) return s;
   }
   // Busy heaps are skipped: waiting would cost more than mapping a segment.
   for (unsigned i = 1; i < n; i++) {
@@ -187,7 +189,7 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
     if (__atomic_load_n(&other.free_pages_, __ATOMIC_RELAXED) < npages + kStealReserve ||
         !other.lock_.try_lock())
       continue;
-    Span* s = other.alloc_locked(npages, align_pages, kind, zeroed, false);
+    Span* s = other.alloc_locked(npages, align_pages, kind, zeroed, false, objects);
     // Its dirty holes are too short for the request, as this heap's own that the
     // growth below purges: without this, a program that migrated to another CPU
     // kept the holes of the heap it left resident (fragmentation peak +30 MiB).
@@ -197,7 +199,7 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
   }
   {
     LockGuard g(lock_);
-    if (Span* s = alloc_locked(npages, align_pages, kind, zeroed, true)) return s;
+    if (Span* s = alloc_locked(npages, align_pages, kind, zeroed, true, objects)) return s;
   }
   // No segment could be mapped (RLIMIT_AS, mmap refused): free pages of any other
   // heap, another node's too, waiting for its lock, rather than ENOMEM. Under
@@ -207,22 +209,23 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
     PageHeap& other = g_page_heap[(index() + i) % n];
     if (__atomic_load_n(&other.free_pages_, __ATOMIC_RELAXED) < npages + align_pages - 1) continue;
     LockGuard g(other.lock_);
-    if (Span* s = other.alloc_locked(npages, align_pages, kind, zeroed, false)) return s;
+    if (Span* s = other.alloc_locked(npages, align_pages, kind, zeroed, false, objects)) return s;
   }
   return nullptr;
 }
 
-size_t PageHeap::alloc_more(size_t npages, SpanKind kind, Span** out, size_t n) {
+size_t PageHeap::alloc_more(size_t npages, SpanKind kind, Span** out, size_t n,
+                            ObjectSize objects) {
   if (!limit_admit((npages * n) << kPageShift)) return 0;
   LockGuard g(lock_);
   size_t got = 0;
   bool zeroed;
-  while (got < n && (out[got] = alloc_locked(npages, 1, kind, &zeroed, false))) got++;
+  while (got < n && (out[got] = alloc_locked(npages, 1, kind, &zeroed, false, objects))) got++;
   return got;
 }
 
 Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed,
-                             bool grow) {
+                             bool grow, ObjectSize objects) {
   USLAB_DCHECK(lock_.held());
   if (npages == 0 || align_pages == 0 || npages + align_pages - 1 > kMaxPages) return nullptr;
   size_t want = npages + align_pages - 1;
@@ -230,7 +233,7 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   if (!s && grow) s = merge_mixed(want);
   if (!s && grow) {
     purge_short(want, true);
-    s = grow_heap(want);
+    s = grow_heap(want, objects);
   }
   if (!s) return nullptr;
   remove_free(s);
@@ -257,7 +260,7 @@ Span* PageHeap::alloc_locked(size_t npages, size_t align_pages, SpanKind kind, b
   s->kind = kind;
   s->dirty = Span::kClean;
   s->prev = s->next = nullptr;
-  use_pages(s->segment, s->start, s->npages);
+  use_pages(s->segment, s->start, s->npages, objects);
   if (kind == SpanKind::kLarge) large_pages_ += s->npages;
   return s;
 }
@@ -378,7 +381,7 @@ bool PageHeap::try_grow(Span* s, size_t new_npages) {
   }
   if (s->npages > 1) PageMap::clear(s->start + (s->bytes() - kPageSize));
   s->npages += static_cast<uint32_t>(extra);
-  use_pages(seg, s->start + (s->bytes() - extra * kPageSize), extra);
+  use_pages(seg, s->start + (s->bytes() - extra * kPageSize), extra, ObjectSize::kPageOrMore);
   large_pages_ += extra;
   set_bounds(s);
   return true;
@@ -457,6 +460,7 @@ void PageHeap::purge_short(size_t npages, bool growing) {
     Span* next;
     for (Span* s = dirty_lists_.by_length[i].front(); s && dirty_pages_ > allowance; s = next) {
       next = s->next;
+      if (keeps_huge(s->segment)) continue;  // kept as the decay clock keeps them
       purged += purge_span(s);
     }
   }
@@ -549,7 +553,7 @@ bool PageHeap::keeps_huge(const Segment* seg) const {
 
 bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpMode::kNever; }
 
-void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages) {
+void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages, ObjectSize objects) {
   seg->used_pages += static_cast<uint32_t>(npages);
   if (kMaxPages - seg->used_pages >= kThpFullSlack || seg->huge || !thp_enabled()) return;
   // Full: dense if the program touched what it had of it before (page_heap.h). A
@@ -565,9 +569,10 @@ void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages) {
   const size_t all = os::resident_pages(seg->page_addr(1), kMaxPages * kPageSize);
   const size_t fresh_resident = os::resident_pages(fresh, npages * kPageSize);
   const size_t resident = all > fresh_resident ? all - fresh_resident : 0;
-  thp_eager_ = resident * 8 >= before * kThpDenseEighths;
-  seg->sparse_at_ms = thp_eager_ ? 0 : now;
-  if (!thp_eager_) return;
+  const bool dense = resident * 8 >= before * kThpDenseEighths;
+  thp_eager_[static_cast<size_t>(objects)] = dense;
+  seg->sparse_at_ms = dense ? 0 : now;
+  if (!dense) return;
   advise_huge(seg, true);
   // The measured pages: the whole 2 MiB blocks before `fresh`, which the program may
   // never touch (a huge page there would make it all resident).

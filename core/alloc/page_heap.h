@@ -52,12 +52,17 @@
 // Without the background thread khugepaged collapses the advised segments at its own
 // pace. A segment being collapsed is marked so that no purge unmaps it meanwhile, and
 // a purge of an advised segment drops it from the queue. That measure also sets
-// the heap's eagerness: while the last segment measured was touched densely, a heap
-// of kThpMinSegments segments or more advises its new segments when it makes them
+// the heap's eagerness, apart for spans of objects smaller than an OS page and for
+// the rest (ObjectSize): while the last segment that a span of the same size filled
+// was touched densely, a heap of kThpMinSegments segments or more advises the
+// segments it maps for that size when it makes them
 // (their pages then fault in 2 MiB at a time), except every kThpProbeEvery-th, left
 // unadvised to measure again, and except segments made for a span of
 // kThpEagerMaxPages or more, which do not tile a segment's 511 pages (three 1 MiB
 // blocks leave 127 pages that a huge page made resident: db_bench 99 MiB, 91 without).
+// One state for both advised 28-84 MiB of segments at map time for `bench drift`'s
+// objects of 2-8 KiB, written only at their start, on the strength of measures of its
+// 256 B-2 KiB objects, written whole (peak 272-281 MiB, 263 without).
 // A purge in an advised segment first advises it MADV_NOHUGEPAGE: the returned pages
 // split off their huge page, and khugepaged (which with max_ptes_none = 511 collapses a
 // range holding a single page) cannot fill the range back to 2 MiB: that refill is the
@@ -66,9 +71,11 @@
 // mostly in use is worth more whole than the few pages a return would save): a
 // long-running heap that churns would otherwise lose its huge pages one segment at a
 // time, each time a hole stayed free for decay_ms. Only when memory is short do they
-// go: a trim (malloc_trim, arena.<i>.purge), the memory limit, or a heap that must grow
-// past its dirty allowance (purge_short); and once the segment is sparser, at the next
-// purge. Under the "always" setting, every segment not advised huge is advised
+// go: a trim (malloc_trim, arena.<i>.purge) or the memory limit; and once the segment
+// is sparser, at the next purge. A heap that must grow past its dirty allowance
+// (purge_short) leaves them too: `bench thp`'s churning heap, which grows while its
+// holes wait, kept 8-20 MiB of its 244 MiB in huge pages when growth took them, and
+// read 12% slower. Under the "always" setting, every segment not advised huge is advised
 // MADV_NOHUGEPAGE when it is made, for the same reason (and so that the measure sees
 // 4 KiB faults). Segments are advised whole: one VMA per segment at most.
 //
@@ -129,9 +136,10 @@ class alignas(64) PageHeap {
   // A huge segment keeps its free pages through decay purges while at most this
   // share of it is free (above).
   static constexpr size_t kThpKeepFreeShare = 8;
-  // Dirty free pages a heap keeps when it must grow: a segment's worth, or 1/8 of its
-  // pages in use (jemalloc 3's lg_dirty_mult default, 8:1).
-  static constexpr size_t kDirtyShare = 8;
+  // Dirty free pages a heap keeps when it must grow: a segment's worth, or 1/128 of
+  // its pages in use. With 1/8 (jemalloc 3's lg_dirty_mult), `bench drift` sparse
+  // kept 24 MiB of holes resident at its peak (272-281 MiB against 263-267).
+  static constexpr size_t kDirtyShare = 128;
 
   // A span of `npages` whose first page is aligned to `align_pages` (a power of two),
   // marked `kind` (kSlab or kLarge). *zeroed tells whether its pages read as zero.
@@ -145,10 +153,15 @@ class alignas(64) PageHeap {
   // those asked that have no span that fits purge their dirty holes as a growing
   // heap does (purge_short). The memory limit is asked first (memory_limit.h: a hard
   // limit's refusal is a nullptr); the caller holds no lock.
-  Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed);
+  // `objects` says what the span will hold, for the eagerness (above): a segment
+  // mapped for it is advised at once only while the last segment that a span of the
+  // same size of objects filled was measured dense.
+  Span* alloc(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed,
+              ObjectSize objects = ObjectSize::kPageOrMore);
   // Up to n more spans of npages pages from this heap's free spans under one lock
   // (the slabs of a refill after the first): no other heap, no new segment; how many.
-  size_t alloc_more(size_t npages, SpanKind kind, Span** out, size_t n);
+  size_t alloc_more(size_t npages, SpanKind kind, Span** out, size_t n,
+                    ObjectSize objects = ObjectSize::kPageOrMore);
   // Give back a slab or large span (its page-map interior must be cleared by then
   // for large spans; slab interiors are cleared here).
   void free(Span* s) { free(&s, 1); }
@@ -183,8 +196,8 @@ class alignas(64) PageHeap {
   constexpr explicit PageHeap(Mutex::Unranked u) : lock_(u) {}
 
  private:
-  Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow)
-      USLAB_REQUIRES(lock_);
+  Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow,
+                     ObjectSize objects = ObjectSize::kPageOrMore) USLAB_REQUIRES(lock_);
   void free_locked(Span* s, uint64_t now) USLAB_REQUIRES(lock_);
   // After a free, with no lock of this heap: tells the background thread (dirty_pages:
   // this heap's dirty pages now).
@@ -194,7 +207,7 @@ class alignas(64) PageHeap {
   void coalesce(Span* s) USLAB_REQUIRES(lock_);
   Span* find_free(size_t npages) USLAB_REQUIRES(lock_);
   static bool is_free(const Span* n);  // a neighbour from the page map
-  Span* grow_heap(size_t want) USLAB_REQUIRES(lock_);
+  Span* grow_heap(size_t want, ObjectSize objects) USLAB_REQUIRES(lock_);
   void insert_free(Span* s) USLAB_REQUIRES(lock_);
   void remove_free(Span* s) USLAB_REQUIRES(lock_);
   void set_bounds(Span* s) USLAB_REQUIRES(lock_);
@@ -206,7 +219,8 @@ class alignas(64) PageHeap {
   size_t purge_span(Span* s) USLAB_REQUIRES(lock_);
   // Before a segment is mapped for a request of npages: the dirty free spans shorter
   // than that could not serve it; purged, shortest first, down to the allowance
-  // (kDirtyShare) of the heap that grows, or a segment's worth in another heap.
+  // (kDirtyShare) of the heap that grows, or a segment's worth in another heap; but
+  // those of a huge segment mostly in use (keeps_huge), which stay whole.
   void purge_short(size_t npages, bool growing) USLAB_REQUIRES(lock_);
   // Before a segment is mapped: a dirty span whose clean neighbours make it long
   // enough for npages is purged, which merges them; the merged span, or nullptr.
@@ -219,8 +233,10 @@ class alignas(64) PageHeap {
   bool keeps_huge(const Segment* seg) const USLAB_REQUIRES(lock_);
   void advise_huge(Segment* seg, bool huge) USLAB_REQUIRES(lock_);
   void unqueue_collapse(Segment* seg) USLAB_REQUIRES(lock_);
-  // npages more of seg in use, from `fresh` on (not touched yet).
-  void use_pages(Segment* seg, const char* fresh, size_t npages) USLAB_REQUIRES(lock_);
+  // npages more of seg in use, from `fresh` on (not touched yet), for `objects`: a
+  // measure this fill makes sets the eagerness of that size (above).
+  void use_pages(Segment* seg, const char* fresh, size_t npages, ObjectSize objects)
+      USLAB_REQUIRES(lock_);
   static constexpr unsigned kPrivate = ~0u;
   unsigned index() const;  // in g_page_heap, or kPrivate
 
@@ -265,8 +281,10 @@ class alignas(64) PageHeap {
   size_t large_pages_ USLAB_GUARDED_BY(lock_) = 0;
   size_t purged_bytes_ USLAB_GUARDED_BY(lock_) = 0;
   uint64_t next_purge_ms_ USLAB_GUARDED_BY(lock_) = 0;
-  bool thp_eager_ USLAB_GUARDED_BY(lock_) = false;     // the last segment measured was dense
-  size_t thp_made_eager_ USLAB_GUARDED_BY(lock_) = 0;  // segments made while eager
+  // By ObjectSize: the last segment a span of that size filled was measured dense;
+  // the segments mapped for that size while eager.
+  bool thp_eager_[2] USLAB_GUARDED_BY(lock_) = {};
+  size_t thp_made_eager_[2] USLAB_GUARDED_BY(lock_) = {};
 };
 
 extern PageHeap g_page_heap[kMaxShards];

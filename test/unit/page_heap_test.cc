@@ -33,14 +33,15 @@ bool all_zero(const char* p, size_t n) {
 }
 
 // Fills a new segment of ph with two spans, the first written when `touched`; its spans.
-std::vector<Span*> fill_segment(PageHeap& ph, bool touched) {
+std::vector<Span*> fill_segment(PageHeap& ph, bool touched,
+                                ObjectSize objects = ObjectSize::kPageOrMore) {
   bool z;
   const size_t half = PageHeap::kMaxPages / 2;
-  Span* a = ph.alloc(half, 1, SpanKind::kLarge, &z);
+  Span* a = ph.alloc(half, 1, SpanKind::kLarge, &z, objects);
   REQUIRE(a != nullptr);
   REQUIRE(a->first_page == 1);  // a new segment
   if (touched) memset(a->start, 1, a->bytes());
-  Span* b = ph.alloc(PageHeap::kMaxPages - half, 1, SpanKind::kLarge, &z);
+  Span* b = ph.alloc(PageHeap::kMaxPages - half, 1, SpanKind::kLarge, &z, objects);
   REQUIRE(b->segment == a->segment);
   return {a, b};
 }
@@ -419,6 +420,45 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   CHECK_FALSE(ph.collapse_one());
 }
 
+TEST_CASE("the eagerness is kept apart for objects under a page and the rest") {
+  config_init();
+  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) return;  // nothing measured
+  PageHeap ph{Mutex::kUnranked};
+  bool z;
+  std::vector<Span*> spans;
+  auto keep = [&](const std::vector<Span*>& v) { spans.insert(spans.end(), v.begin(), v.end()); };
+  // A big heap whose spans of small objects were written whole (as `bench drift`'s
+  // 256 B-2 KiB ones), and whose spans of objects of a page or more were written
+  // only at their start (its 2-8 KiB ones; here not at all).
+  while (ph.stats().segments < PageHeap::kThpMinSegments - 1)
+    keep(fill_segment(ph, true, ObjectSize::kSubPage));
+  keep(fill_segment(ph, false, ObjectSize::kPageOrMore));
+  auto fresh_segment = [&](ObjectSize objects) {
+    Span* s = ph.alloc(1, 1, SpanKind::kSlab, &z, objects);
+    REQUIRE(s->first_page == 1);
+    spans.push_back(s);
+    return s->segment;
+  };
+  // Small objects map advised segments; the larger objects' measure holds for theirs.
+  Segment* small = fresh_segment(ObjectSize::kSubPage);
+  CHECK(small->huge);
+  CHECK(has_flag(vm_flags(small), "hg"));
+  keep({ph.alloc(PageHeap::kMaxPages - 1, 1, SpanKind::kSlab, &z, ObjectSize::kSubPage)});
+  REQUIRE(spans.back()->segment == small);
+  Segment* large = fresh_segment(ObjectSize::kPageOrMore);
+  CHECK_FALSE(large->huge);
+  CHECK_FALSE(has_flag(vm_flags(large), "hg"));
+  // Once a span of larger objects fills a dense segment, theirs are advised too.
+  memset(spans.back()->start, 1, spans.back()->bytes());
+  keep({ph.alloc(PageHeap::kMaxPages - 1, 1, SpanKind::kLarge, &z, ObjectSize::kPageOrMore)});
+  REQUIRE(spans.back()->segment == large);
+  CHECK(large->huge);
+  CHECK(fresh_segment(ObjectSize::kPageOrMore)->huge);
+  for (Span* s : spans) ph.free(s);
+  ph.purge(true);
+  CHECK(ph.stats().segments == 0);
+}
+
 TEST_CASE("a segment measured sparse is measured again a decay tick later, not sooner") {
   config_init();
   if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever) return;  // nothing measured
@@ -536,18 +576,22 @@ TEST_CASE("the shortest free span that fits is taken, at every length a segment 
 TEST_CASE("a heap that must grow first purges the dirty holes too short for the request") {
   PageHeap ph{Mutex::kUnranked};
   bool z;
-  // Three segments of one-page spans, every other one freed: 766 dirty one-page
-  // holes between live pages, more than the allowance (a segment's worth, 511 pages,
-  // above 1/8 of the 767 pages in use).
+  // Ten segments in use (never written), then three of one-page spans, every other
+  // one freed: 766 dirty one-page holes between live pages, more than the allowance
+  // (a segment's worth, 511 pages, above 1/128 of the 5877 pages in use; 1/8 of them
+  // would keep 734).
   std::vector<Span*> spans;
+  for (int i = 0; i < 10; i++)
+    for (Span* s : fill_segment(ph, false)) spans.push_back(s);
+  const size_t first = spans.size();
   for (size_t i = 0; i < 3 * PageHeap::kMaxPages; i++) {
     spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
     REQUIRE(spans.back() != nullptr);
     spans.back()->start[0] = 1;
   }
-  REQUIRE(ph.stats().segments == 3);
-  for (size_t i = 1; i < spans.size(); i += 2) ph.free(spans[i]);
-  const size_t holes = spans.size() / 2;
+  REQUIRE(ph.stats().segments == 13);
+  for (size_t i = first + 1; i < spans.size(); i += 2) ph.free(spans[i]);
+  const size_t holes = (spans.size() - first) / 2;
   PageHeapStats before = ph.stats();
   REQUIRE(before.dirty_bytes == holes * kPageSize);
   // None of the holes holds two pages: the heap maps a segment, and purges the
@@ -555,7 +599,7 @@ TEST_CASE("a heap that must grow first purges the dirty holes too short for the 
   Span* two = ph.alloc(2, 1, SpanKind::kLarge, &z);
   REQUIRE(two != nullptr);
   PageHeapStats after = ph.stats();
-  REQUIRE(after.segments == 4);
+  REQUIRE(after.segments == 14);
   REQUIRE(after.dirty_bytes == PageHeap::kMaxPages * kPageSize);
   REQUIRE(after.purged_bytes - before.purged_bytes == (holes - PageHeap::kMaxPages) * kPageSize);
   // A request the holes could serve maps nothing and purges nothing.
@@ -563,8 +607,10 @@ TEST_CASE("a heap that must grow first purges the dirty holes too short for the 
   REQUIRE(ph.stats().purged_bytes == after.purged_bytes);
   ph.free(one);
   ph.free(two);
-  for (size_t i = 0; i < spans.size(); i += 2) ph.free(spans[i]);
+  for (size_t i = 0; i < spans.size(); i++)
+    if (i < first || (i - first) % 2 == 0) ph.free(spans[i]);
   ph.purge(true);
+  CHECK(ph.stats().segments == 0);
 }
 
 TEST_CASE("a page heap's backlog holds its dirty pages until they are purged") {
@@ -651,6 +697,36 @@ TEST_CASE("a huge segment mostly in use keeps its free pages until memory is sho
     CHECK_FALSE(seg->huge);
     CHECK(ph.stats().thp_splits == splits + 1);
     CHECK(ph.stats().dirty_bytes == 0);
+  }
+  SECTION("a heap that must grow purges the other holes too short, not these") {
+    g_config.decay_ms = saved;  // no decay purge of the holes below meanwhile
+    // Three segments of 12-page spans, every other one freed (the last of each kept,
+    // so that no hole meets its segment's clean tail): 63 dirty holes, past the
+    // allowance (a segment's worth), and the huge segment's 8-page holes, which no
+    // 12-page request fits. A 16-page request fits none of them: the heap maps a
+    // segment and purges the holes too short for it, shortest first, but the huge
+    // segment's, which are kept as the decay clock keeps them.
+    std::vector<Span*> others;
+    for (size_t seg_n = 0; seg_n < 3; seg_n++)
+      for (size_t i = 0; i < PageHeap::kMaxPages / 12; i++) {
+        others.push_back(ph.alloc(12, 1, SpanKind::kLarge, &z));
+        REQUIRE(others.back()->segment != seg);
+      }
+    for (size_t i = 0; i < others.size(); i += 2) ph.free(others[i]);
+    const size_t holes = (others.size() + 1) / 2;
+    const PageHeapStats before = ph.stats();
+    REQUIRE(before.dirty_bytes == (freed + 12 * holes) * kPageSize);
+    Span* big = ph.alloc(16, 1, SpanKind::kLarge, &z);
+    REQUIRE(big != nullptr);
+    CHECK(ph.stats().segments == before.segments + 1);
+    // The 12-page holes only, shortest first, until a segment's worth is left dirty.
+    const size_t over = before.dirty_bytes / kPageSize - PageHeap::kMaxPages;
+    CHECK(ph.stats().purged_bytes - before.purged_bytes == (over + 11) / 12 * 12 * kPageSize);
+    CHECK(seg->huge);
+    CHECK(has_flag(vm_flags(seg), "hg"));
+    CHECK(ph.stats().thp_splits == splits);
+    ph.free(big);
+    for (size_t i = 1; i < others.size(); i += 2) ph.free(others[i]);
   }
   SECTION("a segment grown sparse returns them at the next decay purge") {
     size_t more = 0;
