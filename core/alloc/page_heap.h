@@ -95,6 +95,13 @@
 
 namespace uslab {
 
+// What a span's objects are to its pages: smaller than an OS page (every page holds
+// an object's start, so a program that writes its objects at all writes every page),
+// or a page and more (a program that writes only the start of each, as one that sizes
+// its buffers for the worst case does, leaves pages untouched). The eagerness (above)
+// is kept apart for each.
+enum class ObjectSize : uint8_t { kSubPage = 0, kPageOrMore = 1 };
+
 struct PageHeapStats {
   size_t segments;
   size_t free_bytes;     // in free spans
@@ -197,7 +204,7 @@ class alignas(64) PageHeap {
 
  private:
   Span* alloc_locked(size_t npages, size_t align_pages, SpanKind kind, bool* zeroed, bool grow,
-                     ObjectSize objects = ObjectSize::kPageOrMore) USLAB_REQUIRES(lock_);
+                     ObjectSize objects) USLAB_REQUIRES(lock_);
   void free_locked(Span* s, uint64_t now) USLAB_REQUIRES(lock_);
   // After a free, with no lock of this heap: tells the background thread (dirty_pages:
   // this heap's dirty pages now).

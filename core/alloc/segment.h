@@ -38,13 +38,6 @@ struct Segment;
 
 enum class SpanKind : uint8_t { kFree = 0, kSlab = 1, kLarge = 2 };
 
-// What a span's objects are to its pages: smaller than an OS page (every page holds
-// an object's start, so a program that writes its objects at all writes every page),
-// or a page and more (a program that writes only the start of each, as one that sizes
-// its buffers for the worst case does, leaves pages untouched). The page heap keeps
-// its huge-page eagerness apart for each (page_heap.h).
-enum class ObjectSize : uint8_t { kSubPage = 0, kPageOrMore = 1 };
-
 // 128-byte aligned: the page map packs the class into the low 7 bits of a Span*.
 struct alignas(128) Span {
   // Free spans' pages: kClean read as zero and are not resident (purged, or never
