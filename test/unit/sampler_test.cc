@@ -50,3 +50,45 @@ TEST_CASE("a stream's legs add up to its draw, and its last carry is the sampled
     CHECK(left + (counter ? (65536 - counter) / kHitStep : 4096) >= 1);
   }
 }
+
+// The fast path's counting, as percpu_alloc_tick and thread_cache_alloc_tick do it:
+// each allocation adds kHitStep to the 16-bit counter; the one whose add carries
+// takes the slow path, which sets the next leg and pops again (adding its step once
+// more) unless it is the sampled one. Returns the allocations up to and including
+// the sampled one.
+static uint64_t allocations_to_sample(uint64_t* left, uint16_t* counter, unsigned cls = 1) {
+  uint64_t allocs = 0;
+  for (;;) {
+    allocs++;
+    bool carry = uint32_t{*counter} + kHitStep > 0xffff;
+    *counter = static_cast<uint16_t>(*counter + kHitStep);
+    while (carry) {  // the slow path, and its retry pop if it is not the sampled one
+      if (sample_on_carry(left, cls, true, counter)) return allocs;
+      carry = uint32_t{*counter} + kHitStep > 0xffff;
+      *counter = static_cast<uint16_t>(*counter + kHitStep);
+      REQUIRE(allocs < (uint64_t{1} << 32));
+    }
+  }
+}
+
+TEST_CASE("a stream samples after its drawn count of allocations, retries included") {
+  // A leg of a whole lap (4096 pops) made the retry pop carry at once, and the next
+  // leg went with no allocation: a stream sampled after its count modulo 4096.
+  for (uint64_t n : {1ull, 2ull, 4095ull, 4096ull, 4097ull, 8192ull, 10000ull, 123457ull}) {
+    uint64_t left = n;
+    uint64_t k = left < 4096 ? left : 4096;  // as sample_arm leaves it
+    left -= k;
+    uint16_t counter = static_cast<uint16_t>(65536 - k * kHitStep);
+    INFO("n " << n);
+    CHECK(allocations_to_sample(&left, &counter) == n);
+  }
+  // At a mean far above the class size (16 MiB, 48-byte objects: draws of about
+  // 350,000 allocations), the mean count between samples is the drawn one.
+  MeanGuard g(16 << 20);
+  uint64_t left = 0, total = 0;
+  uint16_t counter = sample_arm(&left, 3);
+  const int samples = 200;
+  // After each sampled allocation the stream is armed again (sample_on_carry).
+  for (int i = 0; i < samples; i++) total += allocations_to_sample(&left, &counter, 3);
+  CHECK(double(total) / samples == Approx(1 / sample_probability(class_size(3))).epsilon(0.2));
+}
