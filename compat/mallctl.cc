@@ -197,7 +197,8 @@ size_t lg_of(uint64_t bytes) {
 int prof_ctl(const char* name, const Call& c) {
   auto is = [name](const char* n) { return strcmp(name, n) == 0; };
   if (is("opt.prof")) return c.read_only(prof::enabled());
-  if (is("opt.lg_prof_sample") || is("prof.lg_sample")) return c.read_only(lg_of(g_sample_bytes));
+  if (is("opt.lg_prof_sample") || is("prof.lg_sample"))
+    return c.read_only(lg_of(prof::sample_bytes()));
   if (is("opt.prof_prefix")) return c.read_only(static_cast<const char*>(g_config.prof_prefix));
   if (is("opt.prof_final")) return c.read_only(g_config.prof_final);
   if (is("prof.active")) {

@@ -149,6 +149,7 @@ void free_slow(void* p, uintptr_t e) {
     prof::poll();
     return;
   }
+  if (Span* g = guard::span_of(e)) return guard::free(p, g);
   Span* s = PageMap::span_of(e);
   if (s && s->kind == SpanKind::kFree && s->start == p)
     report_bad_free(p, "double free", 0);
@@ -194,6 +195,7 @@ size_t usable_size(const void* p) {
   uintptr_t e = PageMap::entry(p);
   if (Span* s = slab_of(p, e)) return s->obj_size;
   if (Span* s = large_of(p, e)) return large_usable(s);
+  if (Span* g = guard::span_of(e)) return guard::live_size(p, g, "malloc_usable_size");
   return e ? 0 : foreign::usable_size(p);
 }
 
@@ -264,6 +266,7 @@ size_t resize_in_place(void* p, size_t size) {
     decay_notice();
     return large_usable(l);
   }
+  if (Span* g = guard::span_of(e)) return guard::live_size(p, g, "resize in place");
   config_init();
   report_bad_free(p, "resize of invalid pointer", 0);
   return 0;
@@ -304,6 +307,11 @@ void* realloc(void* p, size_t size) {
     decay_notice();
     if (resized) return p;
     if (moved) return moved->start;
+  } else if (Span* g = guard::span_of(e)) {
+    // A guarded object moves out (its slot goes to the quarantine); its class is
+    // not kept, so a realloc that fits it would otherwise stay guarded for good.
+    old_size = guard::live_size(p, g, "realloc");
+    if (!old_size) return nullptr;
   } else if (size_t foreign_size = e ? 0 : foreign::usable_size(p)) {
     // glibc's block (foreign.h): moved into uslab's heap, glibc's freed.
     old_size = foreign_size;
@@ -360,6 +368,7 @@ USLAB_STARTUP_TEXT void init() {
   }
   background_init();
   prof::init();
+  guard::init();
 }
 
 void die(const char* message) { os::fatal("uslab: %s\n", message); }

@@ -243,4 +243,5 @@ void fork_child();
 
 #include "core/deferred.h"
 #include "core/prof/prof.h"
+#include "core/guard/guard.h"
 #include "core/foreign.h"

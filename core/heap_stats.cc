@@ -214,9 +214,19 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
     out("prof: %s, a sample every %zu bytes on average: %zu samples, %zu live (%zu bytes "
         "estimated live, %zu at the peak), %zu stacks, %zu profiles written; %zu bytes of "
         "its own\n",
-        prof::active() ? "active" : "inactive", static_cast<size_t>(g_sample_bytes),
+        prof::active() ? "active" : "inactive", static_cast<size_t>(prof::sample_bytes()),
         static_cast<size_t>(ps.samples), ps.live_samples, static_cast<size_t>(ps.live_bytes),
         static_cast<size_t>(ps.peak_bytes), ps.stacks, static_cast<size_t>(ps.dumps), ps.mapped);
+  }
+  if (uint64_t mean = sample_client_bytes(SampleClient::kGuard)) {
+    guard::Stats gs = guard::stats();
+    out("guarded: an allocation every %zu bytes on average: %zu so far, %u slots of %zu (%u "
+        "live, %u freed and inaccessible), %zu errors reported\n",
+        static_cast<size_t>(mean), static_cast<size_t>(gs.allocations), gs.live + gs.quarantined,
+        static_cast<size_t>(gs.slots ? gs.slots : g_config.guard_slots), gs.live, gs.quarantined,
+        static_cast<size_t>(gs.reports));
+  } else {
+    out("guarded: off (guard_sample=0)\n");
   }
 }
 

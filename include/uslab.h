@@ -53,6 +53,10 @@ typedef struct uslab_stats {
   size_t thp_kept;                      /* free bytes the last decay purge left inside
                                            segments mostly in use, to keep their huge
                                            pages whole (a trim returns them) */
+  unsigned long long guarded_allocations; /* objects guarded sampling served so far */
+  size_t guarded_live;                  /* of them, not freed yet */
+  size_t guarded_freed;                 /* freed, inaccessible, waiting for reuse */
+  unsigned long long guarded_reports;   /* errors found on guarded objects */
 } uslab_stats_t;
 
 /* uslab_stats_t.background: */

@@ -54,6 +54,11 @@ USLAB_EXPORT int uslab_stats_get(uslab_stats_t* out, size_t size) {
   s.thp_splits = st.thp_splits;
   s.thp_collapses = st.thp_collapses;
   s.thp_kept = st.thp_kept_bytes;
+  const uslab::guard::Stats g = uslab::guard::stats();
+  s.guarded_allocations = g.allocations;
+  s.guarded_live = g.live;
+  s.guarded_freed = g.quarantined;
+  s.guarded_reports = g.reports;
   memcpy(out, &s, size);
   return 0;
 }

@@ -12,7 +12,27 @@ namespace uslab {
 bool g_sampling = false;
 uint64_t g_sample_bytes = 512 << 10;
 uint32_t g_sample_epoch = 0;
-const SampleHooks* g_sample_hooks = nullptr;
+
+namespace {
+
+constinit Mutex g_client_lock;
+USLAB_LOCK_ONE(kSampler, g_client_lock);
+struct Client {
+  const SampleHooks* hooks;
+  uint64_t mean;  // 0: not sampling
+};
+Client g_clients[static_cast<unsigned>(SampleClient::kCount)] = {};
+
+void* dispatch_small(unsigned cls) {
+  const Client& c = g_clients[static_cast<unsigned>(sample_pick())];
+  const SampleHooks* h = __atomic_load_n(&c.hooks, __ATOMIC_ACQUIRE);
+  return h && __atomic_load_n(&c.mean, __ATOMIC_RELAXED) ? h->small(cls) : nullptr;
+}
+constexpr SampleHooks kDispatch = {dispatch_small};
+
+}  // namespace
+
+const SampleHooks* g_sample_hooks = &kDispatch;
 
 namespace {
 
@@ -79,8 +99,47 @@ double draw_exponential() { return -ln(uniform()) * static_cast<double>(g_sample
 
 }  // namespace
 
-double sample_probability(size_t size) {
-  return one_minus_exp_neg(static_cast<double>(size) / static_cast<double>(g_sample_bytes));
+double sample_probability(size_t size, uint64_t mean) {
+  return one_minus_exp_neg(static_cast<double>(size) / static_cast<double>(mean));
+}
+
+// In the start-up window: guard::init calls it from the library's constructor.
+USLAB_STARTUP_TEXT bool sample_set_client(SampleClient which, const SampleHooks* hooks,
+                                          uint64_t mean_bytes) {
+  LockGuard g(g_client_lock);
+  Client& c = g_clients[static_cast<unsigned>(which)];
+  if (hooks) __atomic_store_n(&c.hooks, hooks, __ATOMIC_RELEASE);
+  __atomic_store_n(&c.mean, hooks || c.hooks ? mean_bytes : 0, __ATOMIC_RELAXED);
+  double rate = 0;
+  for (const Client& k : g_clients)
+    if (k.mean) rate += 1 / static_cast<double>(k.mean);
+  const bool was = g_sampling, on = rate > 0;
+  const uint64_t mean = on ? static_cast<uint64_t>(1 / rate) : g_sample_bytes;
+  // A new mean re-arms every stream at its next carry (the epoch), as turning on does.
+  if (on && (!was || mean != g_sample_bytes)) {
+    __atomic_store_n(&g_sample_bytes, mean > 0 ? mean : 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g_sample_epoch, 1, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&g_sampling, on, __ATOMIC_RELAXED);
+  return on && !was;
+}
+
+uint64_t sample_client_bytes(SampleClient which) {
+  return __atomic_load_n(&g_clients[static_cast<unsigned>(which)].mean, __ATOMIC_RELAXED);
+}
+
+double sample_share(SampleClient which) {
+  const uint64_t prof = sample_client_bytes(SampleClient::kProfiler);
+  const uint64_t guard = sample_client_bytes(SampleClient::kGuard);
+  // Rates 1/prof and 1/guard: the profiler's share is guard / (prof + guard).
+  const double p =
+      !guard ? 1 : !prof ? 0 : static_cast<double>(guard) / (static_cast<double>(prof) + guard);
+  return which == SampleClient::kProfiler ? p : 1 - p;
+}
+
+SampleClient sample_pick() {
+  const double p = sample_share(SampleClient::kProfiler);
+  return p >= 1 || (p > 0 && uniform() <= p) ? SampleClient::kProfiler : SampleClient::kGuard;
 }
 
 uint64_t sample_draw_count(size_t size) {

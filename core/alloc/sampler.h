@@ -16,10 +16,19 @@
 // paths (the same instructions; the carry slow path tests g_sampling). Large and huge
 // allocations, slow paths all, count bytes down per thread.
 //
+// Two clients share the schedule: the heap profiler and the guarded allocations
+// (core/guard/), each with a mean of its own. The schedule's mean is their
+// combination: two Poisson processes together are one whose rate is the sum of
+// theirs, and a sample point handed to each client with the probability of its share
+// of the rate leaves each client a Poisson process of its own rate (thinning). So
+// neither client's allocations cost the fast paths more than one did, and the
+// profiler's weights use its own mean.
+//
 // Locking: a stream's `left` is guarded by its owner's lock (the CPU's meta lock, or
-// the thread that owns the bin); the random state is per thread. g_sampling and
-// g_sample_bytes are plain globals set by the profiler (racy reads see one value or
-// the other, both valid).
+// the thread that owns the bin); the random state is per thread. The clients' table,
+// g_sampling and g_sample_bytes change under the sampler's lock (rank kSampler) and
+// are read without it (racy reads see one value or the other, both valid; a stream
+// armed with the old mean keeps it until its next sample).
 #pragma once
 
 #include <cstddef>
@@ -30,22 +39,36 @@
 
 namespace uslab {
 
-extern bool g_sampling;          // the profiler is active (prof.active)
-extern uint64_t g_sample_bytes;  // mean bytes between samples (prof_sample)
+extern bool g_sampling;          // some client samples (the profiler is active, or guards)
+extern uint64_t g_sample_bytes;  // the schedule's mean bytes between samples
 // Bumped each time sampling turns on: a CPU or thread cache whose streams were armed
 // in an older epoch (or never) arms them at its next carry, not a sample.
 extern uint32_t g_sample_epoch;
 
-// The heap profiler's side (set once by core/prof/ before g_sampling turns on):
-// `small` allocates class cls's object that was just sampled and records it (nullptr
-// when it cannot: the caller allocates the object as usual, unrecorded).
+// A client's side: `small` allocates class cls's object that was just sampled and
+// records it (nullptr when it cannot: the caller allocates the object as usual,
+// unrecorded).
 struct SampleHooks {
   void* (*small)(unsigned cls);
 };
+// The schedule's hook: hands each sample point to one client (see the top comment).
 extern const SampleHooks* g_sample_hooks;
 
-// Probability that an object of `size` bytes is sampled.
-double sample_probability(size_t size);
+enum class SampleClient : unsigned { kProfiler, kGuard, kCount };
+// Starts (mean_bytes > 0) or stops (0) a client's sampling; the streams re-arm with
+// the new combined mean at their next carry. True when sampling was off and is on now
+// (the caller arms the streams: set_sample_client in percpu.h does both).
+bool sample_set_client(SampleClient which, const SampleHooks* hooks, uint64_t mean_bytes);
+// A client's mean bytes between its samples (0: it does not sample).
+uint64_t sample_client_bytes(SampleClient which);
+// The client a sample point goes to: a draw weighted by the clients' rates.
+SampleClient sample_pick();
+// The probability that sample_pick picks `which`.
+double sample_share(SampleClient which);
+
+// Probability that an object of `size` bytes is sampled at a mean of `mean` bytes
+// between samples (by default the schedule's).
+double sample_probability(size_t size, uint64_t mean = g_sample_bytes);
 // Allocations of `size` bytes up to and including the next sampled one (≥ 1).
 uint64_t sample_draw_count(size_t size);
 // Bytes up to the next sample point (exponential, mean g_sample_bytes).

@@ -36,7 +36,8 @@ namespace uslab {
 
 struct Segment;
 
-enum class SpanKind : uint8_t { kFree = 0, kSlab = 1, kLarge = 2 };
+// kGuarded: a slot of the guarded pool (core/guard/), never in a page heap.
+enum class SpanKind : uint8_t { kFree = 0, kSlab = 1, kLarge = 2, kGuarded = 3 };
 
 // 128-byte aligned: the page map packs the class into the low 7 bits of a Span*.
 struct alignas(128) Span {

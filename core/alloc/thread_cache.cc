@@ -171,7 +171,7 @@ ThreadCache* create() {
 
 }  // namespace
 
-void thread_cache_sample_arm_mine() {
+USLAB_STARTUP_TEXT void thread_cache_sample_arm_mine() {
   if (t_cache != &g_empty_cache) arm_sampling(t_cache);
 }
 
@@ -209,11 +209,17 @@ void* thread_cache_alloc_tick(unsigned cls) {
   // once more, hence one hit less banked.
   banked_hits_[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
   if (__builtin_expect(g_sampling, 0)) {
-    if (sample_carry(t_cache, cls, true))
-      if (void* p = g_sample_hooks->small(cls)) {
+    if (sample_carry(t_cache, cls, true)) {
+      void* p = g_sample_hooks->small(cls);
+      // Declined: served unsampled by a pop the counter does not count (as
+      // percpu_alloc_tick does), unless the hook's own allocations emptied the bin.
+      CacheBin& b = t_cache->bins[cls];
+      if (!p && b.count) p = bin_pop(b);
+      if (p) {
         decay_notice();
         return p;
       }
+    }
   }
   void* p = thread_cache_alloc(cls);
   decay_notice();  // after the pop, as in thread_cache_alloc_slow

@@ -171,6 +171,16 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_bool(v, vlen, &cfg.poison);
   } else if (key_is(k, klen, "guard")) {
     ok = parse_bool(v, vlen, &cfg.guard);
+  } else if (key_is(k, klen, "guard_sample")) {
+    uint64_t bytes;
+    ok = parse_size(v, vlen, &bytes) && bytes <= (uint64_t{1} << 40);
+    if (ok) cfg.guard_sample = bytes;
+  } else if (key_is(k, klen, "guard_slots")) {
+    uint64_t n;
+    ok = parse_u64(v, vlen, &n) && n >= 1 && n <= 65536;
+    if (ok) cfg.guard_slots = n;
+  } else if (key_is(k, klen, "guard_recover")) {
+    ok = parse_bool(v, vlen, &cfg.guard_recover);
   } else if (key_is(k, klen, "prof")) {
     ok = parse_bool(v, vlen, &cfg.prof);
   } else if (key_is(k, klen, "prof_active")) {

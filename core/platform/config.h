@@ -57,6 +57,13 @@ struct Config {
   // get mappings of their own with inaccessible pages on both sides (heap.cc).
   bool poison = false;
   bool guard = false;
+  // Guarded sampling (core/guard/guard.h): an allocation every guard_sample bytes on
+  // average (0: none) gets a slot of its own among guard_slots, between inaccessible
+  // pages; a fault on one is reported and aborts, or with guard_recover the program
+  // goes on (once per slot).
+  uint64_t guard_sample = uint64_t{16} << 20;
+  uint64_t guard_slots = 512;
+  bool guard_recover = false;
   // A pointer uslab did not hand out reaching free (core/foreign.h): to glibc's free
   // when it looks like one of glibc's blocks, else reported; reported and left; or
   // reported and aborted.

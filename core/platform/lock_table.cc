@@ -55,6 +55,7 @@ void sort_sets() {
 const char* lock_rank_name(LockRank r) {
   static constexpr const char* kNames[] = {"none",
                                            "mallctl",
+                                           "sampler",
                                            "topology print",
                                            "stack capture",
                                            "object-cache registry",
@@ -71,6 +72,7 @@ const char* lock_rank_name(LockRank r) {
                                            "huge cache",
                                            "page heap",
                                            "memory limit",
+                                           "guard pool",
                                            "metadata pool",
                                            "metadata arena",
                                            "page map",

@@ -20,6 +20,8 @@
 // any lock above it.
 //   kMallctl           compat/mallctl.cc g_ctl_lock — mallctl's name table and the
 //                      state its writes change (a purge under it reaches every cache)
+//   kSampler           alloc/sampler.cc g_client_lock — the sampling clients' table
+//                      (held while the CPUs' streams are armed again)
 //   kTopologyPrint     heap_stats.cc topology_print's lock — its two Topology records and
 //                      text buffer (hwloc, which it may load, allocates: outermost)
 //   kStackCapture      prof/stack.cc g_capture_lock — no data: held across an unwind, so
@@ -44,6 +46,9 @@
 //                      descriptors and segments
 //   kMemoryLimit       memory_limit.cc decide_lock_ — the limit, decided when the
 //                      heap grows (under a page heap's lock; reads cgroup files)
+//   kGuardPool         guard/pool.cc g_pool.lock — the guarded slots' states,
+//                      their free list and quarantine (taken with no allocator lock
+//                      held: from the sampling hook and from free)
 //   kMetaPool          meta_arena.h MetaPool::lock_ (span descriptors of huge
 //                      blocks, thread-cache records, the depots' sheaves per shard) —
 //                      its free list
@@ -63,6 +68,7 @@ class Mutex;
 enum class LockRank : uint8_t {
   kNone = 0,
   kMallctl,
+  kSampler,
   kTopologyPrint,
   kStackCapture,
   kObjCacheRegistry,
@@ -79,6 +85,7 @@ enum class LockRank : uint8_t {
   kHugeCache,
   kPageHeap,
   kMemoryLimit,
+  kGuardPool,
   kMetaPool,
   kMetaArena,
   kPageMap,

@@ -7,7 +7,8 @@
 // objects), sheaf_drain (class, objects), slab_grow (class, slab), slab_release (class, slab),
 // page_purge (address, bytes), large_alloc (bytes, alignment), deferred_batch (objects,
 // grace-period stamp): a batch of deferred frees given back after its grace period, remote_flush
-// (objects, groups): a CPU's remote-node buffer flushed to the nodes that own its objects.
+// (objects, groups): a CPU's remote-node buffer flushed to the nodes that own its objects,
+// guarded_alloc (address, size): an object guarded sampling served (core/guard/guard.h).
 // USLAB_PROBE4 (four arguments): prof_sample (address, bytes, weight, class) for each object the
 // heap profiler samples (core/prof: weight is the bytes it stands for, bytes / (1 - exp(-bytes /
 // prof_sample)); class is the size or cache class, 0 for large and huge), and prof_free with the

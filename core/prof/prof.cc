@@ -37,6 +37,8 @@ struct LiveRec {
 constinit Mutex g_lock;
 USLAB_LOCK_ONE(kProfiler, g_lock);
 bool g_enabled = false;
+bool g_active = false;               // sampling (prof.active)
+uint64_t g_mean = 512 << 10;         // mean bytes between samples (prof_sample)
 __thread bool t_in_prof __attribute__((tls_model("initial-exec")));
 // Sampled objects freed by a thread while it was inside the profiler (a signal
 // handler's free while the thread held g_lock): forgotten when it leaves.
@@ -191,13 +193,17 @@ void note_peak() {
 double inverse_probability(size_t size) {
   struct Entry {
     size_t size;
-    uint64_t mean;
+    uint64_t mean, mine;
     double inverse;
   };
   USLAB_LARGE_ZERO static Entry cache[64];
   Entry& e = cache[(size >> 3) % 64];
-  if (e.size != size || e.mean != g_sample_bytes)
-    e = Entry{size, g_sample_bytes, 1 / sample_probability(size)};
+  // An object is sampled when the schedule's points fall in it, and is the
+  // profiler's with its share of the rate (sampler.h).
+  const uint64_t mean = g_sample_bytes, mine = sample_client_bytes(SampleClient::kProfiler);
+  if (e.size != size || e.mean != mean || e.mine != mine)
+    e = Entry{size, mean, mine,
+              1 / (sample_share(SampleClient::kProfiler) * sample_probability(size))};
   return e.inverse;
 }
 
@@ -386,9 +392,8 @@ USLAB_STARTUP_TEXT void init() {
   if (!g_config.prof || g_enabled) return;
   stack_init();
   g_start_ns = os::now_ns();
-  g_sample_bytes = g_config.prof_sample;
+  g_mean = g_config.prof_sample;
   g_next_interval = static_cast<double>(g_config.prof_interval);
-  g_sample_hooks = &g_hooks;
   g_enabled = true;
   if (g_config.prof_active) set_active(true);
   if (g_config.prof_signal) {
@@ -404,21 +409,21 @@ bool enabled() { return g_enabled; }
 
 bool set_active(bool on) {
   if (!g_enabled) return false;
-  bool was = g_sampling;
-  if (on && !was) __atomic_fetch_add(&g_sample_epoch, 1, __ATOMIC_RELAXED);
-  __atomic_store_n(&g_sampling, on, __ATOMIC_RELAXED);
-  if (on && !was) {
-    percpu_sample_arm();
-    thread_cache_sample_arm_mine();
-  }
+  __atomic_store_n(&g_active, on, __ATOMIC_RELAXED);
+  set_sample_client(SampleClient::kProfiler, &g_hooks, on ? g_mean : 0);
   return true;
 }
 
-bool active() { return g_sampling; }
+bool active() { return __atomic_load_n(&g_active, __ATOMIC_RELAXED); }
+
+uint64_t sample_bytes() { return g_mean; }
 
 void reset(uint64_t sample_bytes) {
+  if (sample_bytes) {
+    g_mean = sample_bytes;
+    if (active()) set_sample_client(SampleClient::kProfiler, &g_hooks, sample_bytes);
+  }
   LockGuard g(g_lock);
-  if (sample_bytes) g_sample_bytes = sample_bytes;
   for (size_t i = 0; i < g_stack_count; i++) {
     StackRec& r = g_stacks[i];
     r.alloc_objects = r.alloc_bytes = 0;
@@ -429,7 +434,10 @@ void reset(uint64_t sample_bytes) {
 }
 
 void on_large_alloc(Span* s) {
-  if (t_in_prof || !sample_large(s->bytes())) return;
+  // The schedule's sample points that are the profiler's (sampler.h).
+  if (t_in_prof || !active() || !sample_large(s->bytes()) ||
+      sample_pick() != SampleClient::kProfiler)
+    return;
   t_in_prof = true;
   s->sampled = Span::kSampledLarge;
   record(s->start, s->bytes(), 0);

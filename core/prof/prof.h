@@ -37,6 +37,8 @@ bool enabled();
 // Sampling on or off (mallctl prof.active; only with prof=true). False when refused.
 bool set_active(bool on);
 bool active();
+// The mean bytes between samples (prof_sample, or prof.reset's).
+uint64_t sample_bytes();
 // Forgets what was allocated and the peak; live objects stay tracked. A mean of 0
 // keeps prof_sample (mallctl prof.reset takes lg_sample).
 void reset(uint64_t sample_bytes);

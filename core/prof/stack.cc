@@ -75,10 +75,10 @@ void walk_frame_pointers(Stack* out) {
 
 }  // namespace
 
-void stack_init() {
+void stack_init(bool libunwind) {
   if (g_ready) return;
   dl_iterate_phdr(find_self, reinterpret_cast<void*>(&stack_init));
-  if (void* lib = libc::dl_open("libunwind.so.8", RTLD_NOW | RTLD_LOCAL))
+  if (void* lib = libunwind ? libc::dl_open("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : nullptr)
     g_unw_backtrace = reinterpret_cast<int (*)(void**, int)>(libc::dl_sym(lib, "unw_backtrace"));
   if (void* lib = libc::dl_open("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL)) {
     g_backtrace = reinterpret_cast<BacktraceFn>(libc::dl_sym(lib, "_Unwind_Backtrace"));

@@ -39,8 +39,11 @@ struct Stack {
 };
 
 // Opens the unwinder and finds uslab's own code (from the library's constructor:
-// dlopen allocates). Idempotent.
-void stack_init();
+// dlopen allocates). Idempotent: the first call decides. Without `libunwind`, libgcc's
+// unwinder only: libunwind makes a pipe at its start (to check addresses it reads),
+// two descriptors a program that did not ask for a profiler sees among its own (and
+// passes to its children: CPython's test_subprocess counts them).
+void stack_init(bool libunwind = true);
 // Whether pc lies in uslab's own code (empty when uslab is linked into the program
 // itself, as in the unit tests: nothing is dropped then).
 bool stack_in_uslab(uintptr_t pc);

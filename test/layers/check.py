@@ -17,7 +17,8 @@ LAYERS = [
     ("platform", ["core/platform/"], ["core/platform/platform.h"]),
     ("ds", ["core/ds/"], ["core/ds/ds.h"]),
     ("alloc", ["core/alloc/"], ["core/alloc/alloc.h"]),
-    ("heap", ["core/heap", "core/deferred.", "core/grace.", "core/foreign.", "core/prof/"],
+    ("heap", ["core/heap", "core/deferred.", "core/grace.", "core/foreign.", "core/prof/",
+              "core/guard/"],
      ["core/heap.h"]),
     ("front", ["preload/", "compat/"], []),
 ]

@@ -1,0 +1,157 @@
+// core/guard/fault.cc — the fault handler of the guarded pool and its reports (guard.h).
+// Locking: none taken in the handler but the stack capture's (tried, never waited
+// for: the faulting thread may hold it); slots are read as guard.h says. Nothing here
+// allocates: reports are formatted on the stack and written with write(2), names come
+// from a Symbolizer, which maps what it reads.
+#include <signal.h>
+#include <ucontext.h>
+
+#include <cstring>
+
+#include "core/guard/guard.h"
+#include "core/prof/symbolize.h"
+
+namespace uslab::guard::internal {
+
+namespace {
+
+constexpr int kSignals[] = {SIGSEGV, SIGBUS};
+// The actions the handler replaced, by signal (what a fault outside the pool gets).
+struct sigaction g_prev[2];
+bool g_installed = false;
+
+void on_fault(int sig, siginfo_t* info, void* uctx);
+
+bool ours(const struct sigaction& sa) {
+  return (sa.sa_flags & SA_SIGINFO) && sa.sa_sigaction == on_fault;
+}
+
+// The slot whose object an access at `a` concerns: the slot it lies in, or, in the
+// guard after a slot's area, that slot (an overflow). kNone outside the pool.
+uint32_t slot_at(uintptr_t a) {
+  const auto base =
+      reinterpret_cast<uintptr_t>(__atomic_load_n(&g_pool.base, __ATOMIC_ACQUIRE));
+  if (!base || a < base || a >= base + size_t{g_pool.count} * kSlotBytes) return kNone;
+  return static_cast<uint32_t>((a - base) / kSlotBytes);
+}
+
+// Passes a fault outside the pool on as if the handler were not there.
+void chain(int sig, siginfo_t* info, void* uctx) {
+  const struct sigaction& prev = g_prev[sig == SIGBUS];
+  if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction) return prev.sa_sigaction(sig, info, uctx);
+  if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN)
+    return prev.sa_handler(sig);
+  // The default action: a fault repeats when the handler returns, now without it; a
+  // signal sent by kill or raise is sent again.
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, nullptr);
+  if (info->si_code <= 0) raise(sig);
+}
+
+void on_fault(int sig, siginfo_t* info, void* uctx) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
+  const uint32_t i = info->si_code > 0 ? slot_at(a) : kNone;
+  if (i == kNone) return chain(sig, info, uctx);
+  Slot& s = g_pool.slots[i];
+  const SlotState state = __atomic_load_n(&s.state, __ATOMIC_ACQUIRE);
+  // A fault in a slot never used, or already reported and opened, is not ours to
+  // explain (a wild pointer into the pool): reported as such.
+  bool write = false;
+#if defined(__x86_64__)
+  write = reinterpret_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2;
+#endif
+  const char* what;
+  const uintptr_t obj = reinterpret_cast<uintptr_t>(s.object);
+  if (state == SlotState::kFreed || state == SlotState::kFreeing)
+    what = write ? "use after free (write)" : "use after free (read)";
+  else if (state != SlotState::kLive)
+    what = write ? "wild write into the guarded pool" : "wild read of the guarded pool";
+  else if (a >= obj + s.size)
+    what = write ? "overflow (write)" : "overflow (read)";
+  else
+    what = write ? "underflow (write)" : "underflow (read)";
+  // The access's stack from the faulting instruction on (the unwinder passes the
+  // signal frame; what is before it is the handler's), unless this thread holds the
+  // unwinder's lock.
+  prof::Stack access;
+  access.depth = 0;
+  if (prof::g_capture_lock.try_lock()) {
+    prof::g_capture_lock.unlock();
+    prof::stack_capture(&access);
+  }
+#if defined(__x86_64__)
+  const auto* uc = reinterpret_cast<ucontext_t*>(uctx);
+  const auto pc = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  for (unsigned k = 0; k < access.depth; k++)
+    if (access.frames[k] == pc) {
+      access.depth -= k;
+      memmove(access.frames, access.frames + k, access.depth * sizeof access.frames[0]);
+      break;
+    }
+#endif
+  report(i, what, a, &access);
+  if (!g_config.guard_recover) os::fatal("uslab: aborting at a guarded object's fault\n");
+  // Recoverable: the slot stays open for good (reported once) and the access is
+  // retried.
+  __atomic_store_n(&s.state, SlotState::kBurned, __ATOMIC_RELEASE);
+  os::protect(slot_base(i), kSlotBytes, true);
+}
+
+void print_stack(prof::Symbolizer& sym, const char* title, uint32_t tid,
+                 const prof::Stack& st) {
+  if (tid)
+    os::print_stderr("  %s by thread %u:\n", title, tid);
+  else
+    os::print_stderr("  %s:\n", title);
+  if (st.depth == 0) os::print_stderr("    (no stack)\n");
+  for (unsigned k = 0; k < st.depth; k++) {
+    // A return address: the call is the instruction before it (the faulting pc
+    // itself lies in the same function).
+    const uintptr_t pc = st.frames[k] - 1;
+    const char* fn = sym.function_of(pc);
+    const long m = sym.mapping_of(pc);
+    os::print_stderr("    #%u 0x%lx %s (%s)\n", k, static_cast<unsigned long>(st.frames[k]),
+                     fn ? fn : "??", m >= 0 ? sym.mapping(static_cast<size_t>(m)).path : "?");
+  }
+}
+
+}  // namespace
+
+void install_handler() {
+  struct sigaction cur;
+  if (__atomic_load_n(&g_installed, __ATOMIC_ACQUIRE) && sigaction(SIGSEGV, nullptr, &cur) == 0 &&
+      ours(cur) && sigaction(SIGBUS, nullptr, &cur) == 0 && ours(cur))
+    return;
+  for (int k = 0; k < 2; k++) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction prev;
+    if (sigaction(kSignals[k], &sa, &prev) == 0 && !ours(prev)) g_prev[k] = prev;
+  }
+  __atomic_store_n(&g_installed, true, __ATOMIC_RELEASE);
+}
+
+void report(uint32_t i, const char* what, uintptr_t addr, const prof::Stack* access) {
+  __atomic_add_fetch(&g_pool.reports, 1, __ATOMIC_RELAXED);
+  g_bad_free_reports.fetch_add(1, std::memory_order_relaxed);
+  const Slot& s = g_pool.slots[i];
+  const uintptr_t obj = reinterpret_cast<uintptr_t>(s.object);
+  const long off = static_cast<long>(addr - obj);
+  const long n = off < 0 ? -off : off < s.size ? off : off - static_cast<long>(s.size);
+  os::print_stderr("uslab: guarded object: %s at %p: %ld byte%s %s the %u-byte object at %p"
+                   " (size class %u)\n",
+                   what, reinterpret_cast<void*>(addr), n, n == 1 ? "" : "s",
+                   off < 0 ? "before" : off < s.size ? "inside" : "past the end of", s.size,
+                   s.object, s.cls);
+  prof::Symbolizer sym;
+  if (access) print_stack(sym, "at", 0, *access);
+  print_stack(sym, "allocated", s.alloc_tid, s.alloc_stack);
+  if (s.free_stack.depth || s.free_tid) print_stack(sym, "freed", s.free_tid, s.free_stack);
+}
+
+}  // namespace uslab::guard::internal

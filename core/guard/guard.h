@@ -1,0 +1,129 @@
+// core/guard/guard.h — guarded sampling: a few allocations, drawn at random, get pages
+// of their own between inaccessible ones, so that a bug touching them faults at once
+// and is reported with the allocation's and the free's stacks (GWP-ASan's idea, and
+// the kernel's KFENCE).
+//
+// Owns: the pool of guarded slots (pool.cc) and the fault handler and reports
+// (fault.cc).
+//  - Which allocations: the sampling schedule's (core/alloc/sampler.h), as the
+//    heap profiler's client kGuard: a Poisson process of mean guard_sample bytes over
+//    the bytes allocated (0 turns it off), so every size class takes part at no cost
+//    to the fast paths. The hook serves the sampled object from a slot, or declines
+//    (all slots live, an object-cache class, a re-entry) and the allocation is served
+//    as usual.
+//  - A slot: kSlotBytes of address space, kAreaBytes for the object and a guard of
+//    kPageSize after it. The object lies at the end of the area (an overflow past it
+//    touches the guard at once) or, half of the time, at the start of its last pages
+//    (an underflow touches the inaccessible page before it), its alignment kept; the
+//    rest of its pages is filled with kFill and checked at free. Only the object's
+//    pages are accessible while it lives; when it is freed they are made
+//    inaccessible and given back (MADV_DONTNEED), and the slot waits in a
+//    quarantine: the least recently freed slot is reused first, so a freed object
+//    stays inaccessible for as long as the pool allows.
+//  - The pool is mapped at the first sample (guard_slots slots, inaccessible, no
+//    memory until used); every page of a slot is in the page map with a span of kind
+//    kGuarded (class 0), so free() and the other entry points reach this file through
+//    their slow paths.
+//  - The fault handler (SIGSEGV, SIGBUS) is installed at the first guarded allocation
+//    and again at a later one if the program replaced it; it passes every fault
+//    outside the pool to the handler it replaced (or the default action), and
+//    reports one inside it: the kind (overflow, underflow, use after free, and at
+//    free: double free, invalid free, a corrupted fill), the address, its offset from
+//    the object, the object's size, and the stacks (the access, the allocation, the
+//    free), then aborts; with guard_recover=true it reports once per slot, makes the
+//    slot accessible (taken out of use) and lets the program go on.
+//
+// Locking: g_pool.lock (rank kGuardPool) guards the slots' states, their quarantine
+// and the counters; it is taken with no allocator lock held (the sampling hook runs
+// after the CPU's lock is dropped; free's slow path holds none). Stacks are captured
+// and pages protected outside it: a slot being allocated or freed is owned by the
+// thread doing it (its state says so). The fault handler reads a slot without the
+// lock (it may run inside a thread that holds it): what it reads was written before
+// the pages it faulted on were protected.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/alloc.h"
+#include "core/prof/stack.h"
+
+namespace uslab::guard {
+
+constexpr size_t kAreaBytes = kMaxSmall;  // the largest size class fits
+constexpr size_t kSlotBytes = kAreaBytes + kPageSize;
+constexpr uint8_t kFill = 0xd7;  // the object's pages around it, checked at free
+
+// Registers the sampling client when guard_sample asks for it (the library's
+// constructor). Maps nothing.
+void init();
+
+// The guarded slot named by page-map entry e, or nullptr.
+inline Span* span_of(uintptr_t e) {
+  Span* s = PageMap::span_of(e);
+  return s && !(e & PageMap::kClassMask) && s->kind == SpanKind::kGuarded ? s : nullptr;
+}
+
+// free(p) of a pointer in slot s: the slot goes to the quarantine, or a double or
+// invalid free is reported (and the program aborted, as abort_on_error says).
+void free(void* p, Span* s);
+// The usable size of the live object p in slot s, or 0 after a report of what p is
+// (`op`: "realloc", "malloc_usable_size"...).
+size_t live_size(const void* p, Span* s, const char* op);
+
+struct Stats {
+  uint64_t allocations;  // guarded so far
+  uint64_t reports;      // errors reported
+  uint32_t slots;        // in the pool (0 until the first sample)
+  uint32_t live;         // holding an object
+  uint32_t quarantined;  // freed, inaccessible, waiting for reuse
+};
+Stats stats();
+
+// Internals shared by pool.cc and fault.cc.
+namespace internal {
+
+enum class SlotState : uint8_t { kNever, kLive, kFreeing, kFreed, kBurned };
+
+struct Slot {
+  char* object;  // the object's start (live or freed)
+  uint32_t size;
+  uint8_t cls;
+  SlotState state;
+  uint32_t next;  // quarantine order (kNone at the tail)
+  uint32_t alloc_tid, free_tid;
+  prof::Stack alloc_stack, free_stack;
+};
+constexpr uint32_t kNone = ~uint32_t{0};
+
+struct Pool {
+  Mutex lock;
+  char* base USLAB_GUARDED_BY(lock) = nullptr;  // kSlotBytes a slot; published once
+  Slot* slots = nullptr;
+  Span* spans = nullptr;
+  uint32_t count = 0;  // slots
+  uint32_t fresh USLAB_GUARDED_BY(lock) = 0;  // never used yet: count - fresh
+  uint32_t head USLAB_GUARDED_BY(lock) = kNone, tail USLAB_GUARDED_BY(lock) = kNone;
+  uint32_t live USLAB_GUARDED_BY(lock) = 0, quarantined USLAB_GUARDED_BY(lock) = 0;
+  uint64_t allocations USLAB_GUARDED_BY(lock) = 0;
+  uint64_t reports = 0;  // atomic adds (the handler adds without the lock)
+  bool failed USLAB_GUARDED_BY(lock) = false;  // the pool could not be mapped
+};
+extern Pool g_pool;
+
+// The first byte of slot i and its object's accessible pages [first, end).
+inline char* slot_base(uint32_t i) { return g_pool.base + size_t{i} * kSlotBytes; }
+inline char* area_end(uint32_t i) { return slot_base(i) + kAreaBytes; }
+inline char* pages_start(const Slot& s) {
+  return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(s.object) & ~(os::kOsPage - 1));
+}
+
+// Installs the fault handler, or again when the program replaced it.
+void install_handler();
+// One report on stderr: `what` happened at `addr` to slot i's object; `access`, when
+// not null, is the stack of the faulting access.
+void report(uint32_t i, const char* what, uintptr_t addr, const prof::Stack* access);
+
+}  // namespace internal
+
+}  // namespace uslab::guard

@@ -1,0 +1,218 @@
+// core/guard/pool.cc — the guarded slots: the pool mapped at the first sample, the
+// sampling hook that serves an object from a slot, free into the quarantine, and the
+// reports made at free. See guard.h for the layout and the locking.
+#include "core/guard/guard.h"
+
+#include <cstring>
+
+#include "core/heap.h"
+
+namespace uslab::guard {
+
+namespace internal {
+constinit Pool g_pool;
+USLAB_LOCK_ONE(kGuardPool, g_pool.lock);
+}  // namespace internal
+
+using namespace internal;
+
+namespace {
+
+// Inside the hook or a free here (an unwinder that allocates): served unguarded.
+__thread bool t_busy __attribute__((tls_model("initial-exec")));
+
+// Maps the pool's address space inaccessible, its records and one span a slot, each
+// slot's pages in the page map. Lock held; false (for good) when it cannot.
+bool create_pool() USLAB_REQUIRES(g_pool.lock) {
+  if (g_pool.base) return true;
+  if (g_pool.failed) return false;
+  g_pool.failed = true;
+  const uint32_t n = static_cast<uint32_t>(g_config.guard_slots);
+  const size_t bytes = size_t{n} * kSlotBytes;
+  char* base = static_cast<char*>(os::map_aligned(bytes, kPageSize));
+  if (!base) return false;
+  const size_t meta = size_t{n} * (sizeof(Slot) + sizeof(Span)) + alignof(Span);
+  char* m = static_cast<char*>(os::map_metadata(meta));
+  if (!m || !os::protect(base, bytes, false) || !PageMap::reserve(base, bytes)) {
+    os::unmap(base, bytes);
+    if (m) os::unmap(m, meta);
+    return false;
+  }
+  Span* spans = reinterpret_cast<Span*>((reinterpret_cast<uintptr_t>(m) + alignof(Span) - 1) &
+                                        ~(alignof(Span) - 1));
+  Slot* slots = reinterpret_cast<Slot*>(spans + n);
+  for (uint32_t i = 0; i < n; i++) {
+    Span* s = &spans[i];
+    s->kind = SpanKind::kGuarded;
+    s->first_page = i;
+    s->npages = static_cast<uint32_t>(kSlotBytes >> kPageShift);
+    char* at = base + size_t{i} * kSlotBytes;
+    s->start = at;
+    for (size_t off = 0; off < kSlotBytes; off += kPageSize) PageMap::set(at + off, s);
+  }
+  g_pool.slots = slots;
+  g_pool.spans = spans;
+  g_pool.count = n;
+  __atomic_store_n(&g_pool.base, base, __ATOMIC_RELEASE);
+  g_pool.failed = false;
+  return true;
+}
+
+// A slot for a new object: a never-used one first, else the least recently freed.
+uint32_t take_slot() USLAB_REQUIRES(g_pool.lock) {
+  if (g_pool.fresh < g_pool.count) return g_pool.fresh++;
+  uint32_t i = g_pool.head;
+  if (i == kNone) return kNone;
+  g_pool.head = g_pool.slots[i].next;
+  if (g_pool.head == kNone) g_pool.tail = kNone;
+  g_pool.quarantined--;
+  return i;
+}
+
+// Whether the fill around slot i's object is intact; the first changed byte in *bad.
+bool fill_intact(const Slot& s, const char** bad) {
+  const char* page = pages_start(s);
+  const char* end = s.object + s.size;
+  const char* limit = page + ((end - page + os::kOsPage - 1) & ~(os::kOsPage - 1));
+  for (const char* p = page; p < s.object; p++)
+    if (static_cast<uint8_t>(*p) != kFill) return *bad = p, false;
+  for (const char* p = end; p < limit; p++)
+    if (static_cast<uint8_t>(*p) != kFill) return *bad = p, false;
+  return true;
+}
+
+// The sampling hook (sampler.h): class cls's object in a slot, or nullptr.
+void* guarded_small(unsigned cls) {
+  if (cls >= kFirstCacheClass || t_busy) return nullptr;
+  t_busy = true;
+  // The unwinder is opened at the first guarded sample, not at start-up (dlopen of
+  // libunwind and libgcc_s took 0.3 ms of every process's start); libgcc's, unless the
+  // profiler opened libunwind (stack.h: its pipe).
+  prof::stack_init(false);
+  prof::Stack st;
+  prof::stack_capture(&st);
+  uint32_t i;
+  {
+    LockGuard g(g_pool.lock);
+    i = create_pool() ? take_slot() : kNone;
+    if (i != kNone) {
+      g_pool.live++;
+      g_pool.allocations++;
+      g_pool.slots[i].state = SlotState::kLive;
+    }
+  }
+  if (i == kNone) {
+    t_busy = false;
+    return nullptr;
+  }
+  Slot& s = g_pool.slots[i];
+  const size_t size = class_size(cls);
+  // At the end of the area, or at the start of its last pages (the alignment kept:
+  // the area ends on a kPageSize boundary, and a class aligned beyond a page is a
+  // multiple of it).
+  const bool at_start = os::random_u64() & 1;
+  char* obj = area_end(i) - (at_start ? (size + os::kOsPage - 1) & ~(os::kOsPage - 1) : size);
+  s.object = obj;
+  s.size = static_cast<uint32_t>(size);
+  s.cls = static_cast<uint8_t>(cls);
+  s.alloc_tid = current_tid();
+  s.alloc_stack = st;
+  s.free_stack.depth = 0;
+  g_pool.spans[i].obj_size = s.size;
+  g_pool.spans[i].size_class = s.cls;
+  char* page = pages_start(s);
+  if (!os::protect(page, static_cast<size_t>(area_end(i) - page), true)) {
+    LockGuard g(g_pool.lock);
+    s.state = SlotState::kBurned;  // left out of use
+    g_pool.live--;
+    t_busy = false;
+    return nullptr;
+  }
+  memset(page, kFill, static_cast<size_t>(obj - page));
+  memset(obj + size, kFill, static_cast<size_t>(area_end(i) - (obj + size)));
+  install_handler();
+  USLAB_PROBE(guarded_alloc, obj, size);
+  t_busy = false;
+  return obj;
+}
+
+constexpr SampleHooks kHooks = {guarded_small};
+
+uint32_t slot_index(const Span* s) { return s->first_page; }
+
+}  // namespace
+
+USLAB_STARTUP_TEXT void init() {
+  config_init();
+  if (g_config.guard_sample)
+    set_sample_client(SampleClient::kGuard, &kHooks, g_config.guard_sample);
+}
+
+void free(void* p, Span* span) {
+  const uint32_t i = slot_index(span);
+  Slot& s = g_pool.slots[i];
+  prof::Stack st;
+  const bool capture = !t_busy;
+  if (capture) {
+    t_busy = true;
+    prof::stack_capture(&st);
+  }
+  SlotState was;
+  {
+    LockGuard g(g_pool.lock);
+    was = s.state;
+    if (was == SlotState::kLive && p == s.object) s.state = SlotState::kFreeing;
+  }
+  if (was != SlotState::kLive || p != s.object) {
+    t_busy = false;
+    const bool freed = p == s.object && (was == SlotState::kFreed || was == SlotState::kFreeing);
+    report(i, freed ? "double free" : "invalid free", reinterpret_cast<uintptr_t>(p),
+           capture ? &st : nullptr);
+    return abort_if_configured();
+  }
+  s.free_tid = current_tid();
+  s.free_stack = capture ? st : prof::Stack{};
+  const char* bad;
+  if (!fill_intact(s, &bad)) {
+    t_busy = false;
+    report(i, bad < s.object ? "underflow (found at free)" : "overflow (found at free)",
+           reinterpret_cast<uintptr_t>(bad), nullptr);
+    abort_if_configured();
+  }
+  char* page = pages_start(s);
+  const size_t bytes = static_cast<size_t>(area_end(i) - page);
+  os::protect(page, bytes, false);
+  os::purge(page, bytes);
+  LockGuard g(g_pool.lock);
+  s.state = SlotState::kFreed;
+  s.next = kNone;
+  if (g_pool.tail == kNone)
+    g_pool.head = i;
+  else
+    g_pool.slots[g_pool.tail].next = i;
+  g_pool.tail = i;
+  g_pool.live--;
+  g_pool.quarantined++;
+  t_busy = false;
+}
+
+size_t live_size(const void* p, Span* span, const char* op) {
+  const uint32_t i = slot_index(span);
+  const Slot& s = g_pool.slots[i];
+  if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) == SlotState::kLive && p == s.object)
+    return s.size;
+  char what[96];
+  os::format(what, sizeof what, "%s of a %s pointer", op,
+             p == s.object ? "freed" : "invalid");
+  report(i, what, reinterpret_cast<uintptr_t>(p), nullptr);
+  abort_if_configured();
+  return 0;
+}
+
+Stats stats() {
+  LockGuard g(g_pool.lock);
+  return Stats{g_pool.allocations, __atomic_load_n(&g_pool.reports, __ATOMIC_RELAXED),
+               g_pool.base ? g_pool.count : 0, g_pool.live, g_pool.quarantined};
+}
+
+}  // namespace uslab::guard
