@@ -69,16 +69,29 @@ uint32_t take_slot() USLAB_REQUIRES(g_pool.lock) {
   return i;
 }
 
+// The first byte of [p, end) that is not kFill, or end: eight bytes at a time (a
+// byte loop over a page was most of a guarded free's own time).
+const char* first_changed(const char* p, const char* end) {
+  constexpr uint64_t kWord = uint64_t{kFill} * 0x0101010101010101ull;
+  for (; p < end && (reinterpret_cast<uintptr_t>(p) & 7); p++)
+    if (static_cast<uint8_t>(*p) != kFill) return p;
+  for (; p + 8 <= end; p += 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    if (w != kWord) break;
+  }
+  for (; p < end; p++)
+    if (static_cast<uint8_t>(*p) != kFill) return p;
+  return end;
+}
+
 // Whether the fill around slot i's object is intact; the first changed byte in *bad.
 bool fill_intact(const Slot& s, const char** bad) {
   const char* page = pages_start(s);
   const char* end = s.object + s.size;
   const char* limit = page + ((end - page + os::kOsPage - 1) & ~(os::kOsPage - 1));
-  for (const char* p = page; p < s.object; p++)
-    if (static_cast<uint8_t>(*p) != kFill) return *bad = p, false;
-  for (const char* p = end; p < limit; p++)
-    if (static_cast<uint8_t>(*p) != kFill) return *bad = p, false;
-  return true;
+  if ((*bad = first_changed(page, s.object)) != s.object) return false;
+  return (*bad = first_changed(end, limit)) == limit;
 }
 
 // The sampling hook (sampler.h): class cls's object in a slot, or nullptr.

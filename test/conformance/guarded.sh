@@ -57,12 +57,12 @@ check '[ $rc -eq 0 ] && [[ "$out" != *"uslab:"* ]]' "ok: no report (rc=$rc, got:
 out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=0 "$exe" overflow-1 2>&1); rc=$?
 check '[ $rc -eq 0 ] && [[ "$out" == *survived* ]]' "overflow-1 with guard_sample=0: unnoticed (rc=$rc)"
 # The default rate: N use-after-frees of 32 KiB, each guarded with probability
-# p = 1 - exp(-32768 / guard_sample) (16 MiB: 0.00195); the reports (guard_recover)
+# p = 1 - exp(-32768 / guard_sample) (1 GiB: 1 in 32,800); the reports (guard_recover)
 # must count N p within four standard deviations.
-n=150000
+n=10000000
 LD_PRELOAD=$lib USLAB_CONF=${mode}guard_recover=true "$exe" rate $n 32768 >/dev/null 2>/tmp/uslab-guard.$$
 got=$(grep -c "uslab: guarded object: use after free (write)" /tmp/uslab-guard.$$)
-read lo hi < <(python3 -c "import math; p=1-math.exp(-32768/(16<<20)); m=$n*p; s=math.sqrt(m*(1-p)); print(int(m-4*s), int(m+4*s)+1)")
+read lo hi < <(python3 -c "import math; p=1-math.exp(-32768/(1<<30)); m=$n*p; s=math.sqrt(m*(1-p)); print(int(m-4*s), int(m+4*s)+1)")
 check '[ $got -ge $lo ] && [ $got -le $hi ]' "default rate: $got of $n use-after-frees caught, want $lo-$hi"
 echo "default rate: $got of $n use-after-frees of 32 KiB caught (expected $lo-$hi)"
 rm -f /tmp/uslab-guard.$$
