@@ -30,6 +30,7 @@
 
 #include "core/alloc/alloc.h"
 #include "core/grace.h"
+#include "core/guard/guard.h"
 
 namespace uslab::heap {
 
@@ -45,6 +46,7 @@ extern bool g_defer_percpu USLAB_HIDDEN;
 // has closed. NULL is a no-op.
 inline void free_deferred(void* p) {
   if (p == nullptr) return;
+  if (__builtin_expect(guard::in_pool(p), 0)) guard::note_deferred(p);
   if (__builtin_expect(g_defer_percpu, 1))
     return percpu_push_one<defer_miss, defer_retry>(p, kDeferSheaf);
   defer_locked(p);

@@ -20,6 +20,9 @@
 //    inaccessible and given back (MADV_DONTNEED), and the slot waits in a
 //    quarantine: the least recently freed slot is reused first, so a freed object
 //    stays inaccessible for as long as the pool allows.
+//  - A deferred free (uslab_free_deferred) of a guarded object records its stack as
+//    the free's at the call (note_deferred); the object stays accessible until the
+//    grace period's free, and faults after it, as KFENCE does for kfree_rcu.
 //  - The pool is mapped at the first sample (guard_slots slots, inaccessible, no
 //    memory until used); every page of a slot is in the page map with a span of kind
 //    kGuarded (class 0), so free() and the other entry points reach this file through
@@ -70,6 +73,21 @@ void free(void* p, Span* s);
 // The usable size of the live object p in slot s, or 0 after a report of what p is
 // (`op`: "realloc", "malloc_usable_size"...).
 size_t live_size(const void* p, Span* s, const char* op);
+// uslab_free_deferred(p) of a guarded object: its free's stack is this call's (the
+// object stays accessible until the grace period's free).
+void note_deferred(void* p);
+
+namespace internal {
+extern char* g_pool_base;   // the pool's first byte, once mapped
+extern size_t g_pool_bytes;  // its size; 0 until mapped
+}  // namespace internal
+
+// Whether p lies in the guarded pool (two loads; false until it is mapped).
+inline bool in_pool(const void* p) {
+  const char* b = __atomic_load_n(&internal::g_pool_base, __ATOMIC_ACQUIRE);
+  return static_cast<size_t>(static_cast<const char*>(p) - b) <
+         __atomic_load_n(&internal::g_pool_bytes, __ATOMIC_RELAXED);
+}
 
 struct Stats {
   uint64_t allocations;  // guarded so far
@@ -90,6 +108,7 @@ struct Slot {
   uint32_t size;
   uint8_t cls;
   SlotState state;
+  bool deferred;  // its free stack is uslab_free_deferred's (note_deferred)
   uint32_t next;  // quarantine order (kNone at the tail)
   uint32_t alloc_tid, free_tid;
   prof::Stack alloc_stack, free_stack;

@@ -12,6 +12,8 @@ namespace uslab::guard {
 namespace internal {
 constinit Pool g_pool;
 USLAB_LOCK_ONE(kGuardPool, g_pool.lock);
+char* g_pool_base = nullptr;
+size_t g_pool_bytes = 0;
 }  // namespace internal
 
 using namespace internal;
@@ -54,6 +56,8 @@ bool create_pool() USLAB_REQUIRES(g_pool.lock) {
   g_pool.spans = spans;
   g_pool.count = n;
   __atomic_store_n(&g_pool.base, base, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_pool_bytes, bytes, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_pool_base, base, __ATOMIC_RELEASE);
   g_pool.failed = false;
   return true;
 }
@@ -131,6 +135,8 @@ void* guarded_small(unsigned cls) {
   s.alloc_tid = current_tid();
   s.alloc_stack = st;
   s.free_stack.depth = 0;
+  s.free_tid = 0;
+  s.deferred = false;
   g_pool.spans[i].obj_size = s.size;
   g_pool.spans[i].size_class = s.cls;
   char* page = pages_start(s);
@@ -183,8 +189,10 @@ void free(void* p, Span* span) {
            capture ? &st : nullptr);
     return abort_if_configured();
   }
-  s.free_tid = current_tid();
-  s.free_stack = capture ? st : prof::Stack{};
+  if (!s.deferred) {  // else the stack of uslab_free_deferred's call stays
+    s.free_tid = current_tid();
+    s.free_stack = capture ? st : prof::Stack{};
+  }
   const char* bad;
   if (!fill_intact(s, &bad)) {
     t_busy = false;
@@ -206,6 +214,18 @@ void free(void* p, Span* span) {
   g_pool.tail = i;
   g_pool.live--;
   g_pool.quarantined++;
+  t_busy = false;
+}
+
+void note_deferred(void* p) {
+  Span* span = span_of(PageMap::entry(p));
+  if (!span || t_busy) return;
+  Slot& s = g_pool.slots[slot_index(span)];
+  if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != SlotState::kLive || p != s.object) return;
+  t_busy = true;
+  prof::stack_capture(&s.free_stack);
+  s.free_tid = current_tid();
+  s.deferred = true;
   t_busy = false;
 }
 

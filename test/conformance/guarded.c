@@ -6,7 +6,10 @@
  * free (free_site). "rate N SIZE" makes N independent use-after-frees (the driver
  * counts the reports: the detection rate). */
 #include <malloc.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "include/uslab.h"
 #include "test/common/check.h"
@@ -25,6 +28,13 @@ __attribute__((noinline)) void free_site(void *p) {
 __attribute__((noinline)) void deferred_free_site(void *p) {
   uslab_free_deferred(p);
   __asm__ volatile("" : : : "memory");
+}
+
+static void program_handler(int sig) {
+  (void)sig;
+  static const char msg[] = "program handler\n";
+  write(1, msg, sizeof msg - 1);
+  _exit(3);
 }
 
 static void show(const void *p, size_t n) {
@@ -82,6 +92,42 @@ int main(int argc, char **argv) {
     CHECK(p[3] == 1);
     uslab_deferred_barrier();
     printf("%d\n", p[3]);
+  } else if (!strcmp(what, "chain")) {
+    /* The program's own SIGSEGV handler, installed after uslab's: a fault outside
+     * the pool reaches it, through uslab's, which the next guarded allocation put
+     * back in front. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = program_handler;
+    CHECK(sigaction(SIGSEGV, &sa, NULL) == 0);
+    volatile char *q = alloc_site(kSize);
+    struct sigaction now;
+    CHECK(sigaction(SIGSEGV, NULL, &now) == 0 && now.sa_handler != program_handler);
+    q[0] = 1;
+    volatile char *wild = (volatile char *)16;
+    *wild = 1;
+  } else if (!strcmp(what, "wild")) {
+    /* A fault outside the pool, uslab's handler installed: the default action. */
+    volatile char *wild = (volatile char *)16;
+    *wild = 1;
+  } else if (!strcmp(what, "fork")) {
+    /* A child forked with a guarded object live frees it and exits; the parent's
+     * copy stays its own, exec works, and the parent frees it cleanly. */
+    pid_t pid = fork();
+    if (pid == 0) {
+      CHECK(p[5] == 1);
+      free_site((void *)p);
+      void *more[100];
+      for (int i = 0; i < 100; i++) more[i] = malloc(kSize);
+      for (int i = 0; i < 100; i++) free(more[i]);
+      execl("/bin/true", "true", (char *)NULL);
+      _exit(9);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(p[5] == 1);
+    free_site((void *)p);
+    return check_done("guarded fork");
   } else if (!strcmp(what, "ok")) {
     /* No error: realloc moves it out, usable size, and a clean free; the counters. */
     uslab_stats_t st, after;
