@@ -226,7 +226,7 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
         static_cast<size_t>(gs.slots ? gs.slots : g_config.guard_slots), gs.live, gs.quarantined,
         static_cast<size_t>(gs.reports));
   } else {
-    out("guarded: off (guard_sample=0)\n");
+    out("%s", "guarded: off (guard_sample=0)\n");
   }
 }
 

@@ -55,7 +55,7 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
   const uint32_t i = info->si_code > 0 ? slot_at(a) : kNone;
   if (i == kNone) return chain(sig, info, uctx);
   Slot& s = g_pool.slots[i];
-  const SlotState state = __atomic_load_n(&s.state, __ATOMIC_ACQUIRE);
+  const SlotState state = s.state.load(std::memory_order_acquire);
   // A fault in a slot never used, or already reported and opened, is not ours to
   // explain (a wild pointer into the pool): reported as such.
   bool write = false;
@@ -95,7 +95,7 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
   if (!g_config.guard_recover) os::fatal("uslab: aborting at a guarded object's fault\n");
   // Recoverable: the slot stays open for good (reported once) and the access is
   // retried.
-  __atomic_store_n(&s.state, SlotState::kBurned, __ATOMIC_RELEASE);
+  s.state.store(SlotState::kBurned, std::memory_order_release);
   os::protect(slot_base(i), kSlotBytes, true);
 }
 

@@ -45,6 +45,7 @@
 // the pages it faulted on were protected.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -107,7 +108,7 @@ struct Slot {
   char* object;  // the object's start (live or freed)
   uint32_t size;
   uint8_t cls;
-  SlotState state;
+  std::atomic<SlotState> state;  // written under the lock, read by the handler without
   bool deferred;  // its free stack is uslab_free_deferred's (note_deferred)
   uint32_t next;  // quarantine order (kNone at the tail)
   uint32_t alloc_tid, free_tid;
@@ -117,7 +118,7 @@ constexpr uint32_t kNone = ~uint32_t{0};
 
 struct Pool {
   Mutex lock;
-  char* base USLAB_GUARDED_BY(lock) = nullptr;  // kSlotBytes a slot; published once
+  char* base = nullptr;  // kSlotBytes a slot; published once (release), never moved
   Slot* slots = nullptr;
   Span* spans = nullptr;
   uint32_t count = 0;  // slots

@@ -221,7 +221,7 @@ void note_deferred(void* p) {
   Span* span = span_of(PageMap::entry(p));
   if (!span || t_busy) return;
   Slot& s = g_pool.slots[slot_index(span)];
-  if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != SlotState::kLive || p != s.object) return;
+  if (s.state.load(std::memory_order_acquire) != SlotState::kLive || p != s.object) return;
   t_busy = true;
   prof::stack_capture(&s.free_stack);
   s.free_tid = current_tid();
@@ -232,7 +232,7 @@ void note_deferred(void* p) {
 size_t live_size(const void* p, Span* span, const char* op) {
   const uint32_t i = slot_index(span);
   const Slot& s = g_pool.slots[i];
-  if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) == SlotState::kLive && p == s.object)
+  if (s.state.load(std::memory_order_acquire) == SlotState::kLive && p == s.object)
     return s.size;
   char what[96];
   os::format(what, sizeof what, "%s of a %s pointer", op,
