@@ -193,8 +193,7 @@ bool sample_on_carry(uint64_t* left, unsigned cls, bool retry, uint16_t* counter
   // The carrying allocation pops again through the fast path, which adds its step
   // once more: the counter starts a step lower, and the leg is a pop shorter than a
   // whole lap, which would carry at that retry and take the next leg with no
-  // allocation (every leg of a stream at once, so that it sampled after its count
-  // modulo 4096 pops: 30x too often at a mean of 16 MiB for 48-byte objects).
+  // allocation (a stream would sample after its count modulo 4096 pops).
   *counter = static_cast<uint16_t>(leg(left, kLeg - 1) - kHitStep);
   return false;
 }

@@ -29,10 +29,8 @@ bool ours(const struct sigaction& sa) {
 // The slot whose object an access at `a` concerns: the slot it lies in, or, in the
 // guard after a slot's area, that slot (an overflow). kNone outside the pool.
 uint32_t slot_at(uintptr_t a) {
-  const auto base =
-      reinterpret_cast<uintptr_t>(__atomic_load_n(&g_pool.base, __ATOMIC_ACQUIRE));
-  if (!base || a < base || a >= base + size_t{g_pool.count} * kSlotBytes) return kNone;
-  return static_cast<uint32_t>((a - base) / kSlotBytes);
+  if (!in_pool(reinterpret_cast<const void*>(a))) return kNone;
+  return static_cast<uint32_t>((a - reinterpret_cast<uintptr_t>(g_pool.base)) / kSlotBytes);
 }
 
 // Passes a fault outside the pool on as if the handler were not there.

@@ -78,17 +78,6 @@ size_t live_size(const void* p, Span* s, const char* op);
 // object stays accessible until the grace period's free).
 void note_deferred(void* p);
 
-namespace internal {
-extern char* g_pool_base;   // the pool's first byte, once mapped
-extern size_t g_pool_bytes;  // its size; 0 until mapped
-}  // namespace internal
-
-// Whether p lies in the guarded pool (two loads; false until it is mapped).
-inline bool in_pool(const void* p) {
-  const char* b = __atomic_load_n(&internal::g_pool_base, __ATOMIC_ACQUIRE);
-  return static_cast<size_t>(static_cast<const char*>(p) - b) <
-         __atomic_load_n(&internal::g_pool_bytes, __ATOMIC_RELAXED);
-}
 
 struct Stats {
   uint64_t allocations;  // guarded so far
@@ -121,7 +110,7 @@ struct Pool {
   char* base = nullptr;  // kSlotBytes a slot; published once (release), never moved
   Slot* slots = nullptr;
   Span* spans = nullptr;
-  uint32_t count = 0;  // slots
+  uint32_t count = 0;  // slots (written before base is published)
   uint32_t fresh USLAB_GUARDED_BY(lock) = 0;  // never used yet: count - fresh
   uint32_t head USLAB_GUARDED_BY(lock) = kNone, tail USLAB_GUARDED_BY(lock) = kNone;
   uint32_t live USLAB_GUARDED_BY(lock) = 0, quarantined USLAB_GUARDED_BY(lock) = 0;
@@ -130,6 +119,17 @@ struct Pool {
   bool failed USLAB_GUARDED_BY(lock) = false;  // the pool could not be mapped
 };
 extern Pool g_pool;
+
+}  // namespace internal
+
+// Whether p lies in the guarded pool (false until it is mapped).
+inline bool in_pool(const void* p) {
+  const char* b = __atomic_load_n(&internal::g_pool.base, __ATOMIC_ACQUIRE);
+  return b && static_cast<size_t>(static_cast<const char*>(p) - b) <
+                  size_t{internal::g_pool.count} * kSlotBytes;
+}
+
+namespace internal {
 
 // The first byte of slot i and its object's accessible pages [first, end).
 inline char* slot_base(uint32_t i) { return g_pool.base + size_t{i} * kSlotBytes; }

@@ -12,8 +12,6 @@ namespace uslab::guard {
 namespace internal {
 constinit Pool g_pool;
 USLAB_LOCK_ONE(kGuardPool, g_pool.lock);
-char* g_pool_base = nullptr;
-size_t g_pool_bytes = 0;
 }  // namespace internal
 
 using namespace internal;
@@ -56,8 +54,6 @@ bool create_pool() USLAB_REQUIRES(g_pool.lock) {
   g_pool.spans = spans;
   g_pool.count = n;
   __atomic_store_n(&g_pool.base, base, __ATOMIC_RELEASE);
-  __atomic_store_n(&g_pool_bytes, bytes, __ATOMIC_RELAXED);
-  __atomic_store_n(&g_pool_base, base, __ATOMIC_RELEASE);
   g_pool.failed = false;
   return true;
 }
@@ -74,7 +70,7 @@ uint32_t take_slot() USLAB_REQUIRES(g_pool.lock) {
 }
 
 // The first byte of [p, end) that is not kFill, or end: eight bytes at a time (a
-// byte loop over a page was most of a guarded free's own time).
+// small object's fill is most of a page).
 const char* first_changed(const char* p, const char* end) {
   constexpr uint64_t kWord = uint64_t{kFill} * 0x0101010101010101ull;
   for (; p < end && (reinterpret_cast<uintptr_t>(p) & 7); p++)
