@@ -14,6 +14,7 @@ USLAB_LOCK_SET(
     [](uint32_t i) { return &g_central[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });
 USLAB_LARGE_ZERO constinit ShardFreeBytes g_central_free_bytes[kMaxShards];
 USLAB_LARGE_ZERO constinit ShardSpareClasses g_central_spare_classes[kMaxShards];
+USLAB_LARGE_ZERO constinit std::atomic<uint64_t> g_central_class_shards[kMaxClasses] = {};
 
 constinit std::atomic<uint64_t> g_bad_free_reports{0};
 
@@ -136,6 +137,10 @@ bool CentralList::init_slab(unsigned cls, Span* s) {
   s->scan_hint = 0;
   s->on_partial = 0;
   s->shard = static_cast<uint16_t>(shard());
+  // Read first: the line stays shared once each shard that carves the class has its bit.
+  const uint64_t bit = uint64_t{1} << s->shard;
+  if (!(g_central_class_shards[cls].load(std::memory_order_relaxed) & bit))
+    g_central_class_shards[cls].fetch_or(bit, std::memory_order_relaxed);
   for (size_t i = 0; i < info.objects / 64; i++) bitmap[i] = ~uint64_t{0};
   if (info.objects % 64) bitmap[info.objects / 64] = (uint64_t{1} << (info.objects % 64)) - 1;
   USLAB_PROBE(slab_grow, cls, s->start);

@@ -19,7 +19,9 @@
 // free_objects_ is also read without it, by shards deciding whether to borrow (stored
 // atomically; a stale value only skips or tries a list). A shard's g_central_free_bytes
 // is added to atomically, in steps, under each of its class locks and read without any
-// (a stale total only starts the background thread a batch early or late). A class lock
+// (a stale total only starts the background thread a batch early or late).
+// g_central_class_shards gains a shard's bit atomically while that shard carves (before
+// the slab is published) and is read without any lock (see its comment). A class lock
 // is never held while taking another (borrowing drops its own first, then only
 // try_locks). A new slab is carved (descriptor filled, objects of a cache class
 // constructed or poisoned, page map written) outside the lock and then published under
@@ -157,6 +159,14 @@ struct alignas(64) ShardSpareClasses {
   std::atomic<uint64_t> bits[(kMaxClasses + 63) / 64]{};
 };
 extern ShardSpareClasses g_central_spare_classes[kMaxShards];
+
+// The shards that ever carved a slab of each class (a bit per shard; bits are only
+// set, when a slab is carved, before its objects are handed out). With one bit, every
+// object of the class is that shard's whoever holds it, and a drain need not look up
+// each object's slab to find its owner (depot_give). One thread on a machine of two
+// shards: N x free of 16 B 13.4 -> 12.2 cycles, 256 B 17.8 -> 15.9, 2 KiB 25.4 -> 22.6.
+extern std::atomic<uint64_t> g_central_class_shards[kMaxClasses];
+static_assert(kMaxShards <= 64, "a bit per shard");
 
 // Return n objects of class cls to the central lists of their slabs' shards, one
 // lock per run of objects of one shard. With `from` (a thread cache's shard), runs

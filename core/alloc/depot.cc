@@ -161,9 +161,13 @@ DepotStats Depot::stats() {
 }
 
 void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n) {
-  // One shard (one node and at most shard_cpus CPUs): every slab is shard 0's. The
-  // count never shrinks, and a slab of a later shard was carved after it grew.
-  if (shard_count_now() == 1) return g_depot[0][cls].give(cls, objs, n, here != 0);
+  // One shard carved the class's slabs (central.h): every object is its. The object
+  // was handed out after its slab's bit was set, and reached this thread after that.
+  const uint64_t owners = g_central_class_shards[cls].load(std::memory_order_relaxed);
+  if (!(owners & (owners - 1))) {
+    const unsigned owner = owners ? static_cast<unsigned>(__builtin_ctzll(owners)) : 0;
+    return g_depot[owner][cls].give(cls, objs, n, owner != here);
+  }
   // Grouped by owner, not cut into runs: the drains of a server whose threads free
   // each other's objects alternate owners, and runs of one or two objects made
   // sheaves of one or two objects, so that every refill missed again at once.

@@ -66,6 +66,8 @@ ObjCache* obj_cache_create(const char* name, size_t size, size_t align, unsigned
   c->ctor = ctor;
   c->cls = cls;
   g_class_info[cls] = detail::make_info(static_cast<uint32_t>(osize), kCacheSheafCap);
+  // A class reused once nothing of it was left: no slab of it has an owner now.
+  g_central_class_shards[cls].store(0, std::memory_order_relaxed);
   __atomic_store_n(&registry_[cls], c, __ATOMIC_RELEASE);
   *err = 0;
   return c;

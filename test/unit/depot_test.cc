@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/alloc/obj_cache.h"
 #include "core/alloc/percpu.h"
 #include "core/heap.h"
 #include "test/unit/own_ticks.h"
@@ -231,4 +232,43 @@ TEST_CASE("a drain of interleaved owners makes one sheaf per owner, not one per 
   central_free(cls, back.data(), half);
   REQUIRE(g_depot[1][cls].take(cls, back.data(), back.size()) == half);
   central_free(cls, back.data(), half);
+}
+
+TEST_CASE("a class one shard carved drains to that shard's depot; a second owner is looked up") {
+  ensure_two_shards();
+  // A cache's class: no other test carved it (every size class has slabs of both shards
+  // by now), and its owners were cleared when it was made.
+  int err = 0;
+  ObjCache* cache = obj_cache_create("owners", 200, 8, 0, nullptr, &err);
+  REQUIRE(cache);
+  const unsigned cls = cache->cls;
+  REQUIRE(g_central_class_shards[cls].load() == 0);
+  size_t n = batch_size(cls);
+  std::vector<void*> objs(n);
+  REQUIRE(g_central[1][cls].alloc_batch(cls, objs.data(), n) == n);
+  CHECK(g_central_class_shards[cls].load() == 2);  // shard 1's bit alone
+  for (unsigned sh : {0u, 1u}) g_depot[sh][cls].asked();
+  depot_give(0, cls, objs.data(), n);
+  REQUIRE(g_depot[0][cls].stats().objects == 0);
+  REQUIRE(g_depot[1][cls].stats().objects == n);
+  std::vector<void*> back(n);
+  REQUIRE(g_depot[1][cls].take(cls, back.data(), n) == n);
+  // Shard 0 carves too: drains of both owners' objects go to each owner again.
+  std::vector<void*> mine(n);
+  REQUIRE(g_central[0][cls].alloc_batch(cls, mine.data(), n) == n);
+  CHECK(g_central_class_shards[cls].load() == 3);
+  std::vector<void*> mixed;
+  for (size_t i = 0; i < n; i++) mixed.push_back(i % 2 ? back[i] : mine[i]);
+  depot_give(1, cls, mixed.data(), n);
+  CHECK(g_depot[0][cls].stats().objects == (n + 1) / 2);
+  CHECK(g_depot[1][cls].stats().objects == n / 2);
+  for (unsigned sh : {0u, 1u}) g_depot[sh][cls].flush(cls);
+  for (size_t i = 0; i < n; i++) central_free(cls, i % 2 ? &mine[i] : &back[i], 1);
+  obj_cache_destroy(cache);
+  // Made again, the class starts with no owner.
+  ObjCache* again = obj_cache_create("owners", 200, 8, 0, nullptr, &err);
+  REQUIRE(again);
+  CHECK(again->cls == cls);
+  CHECK(g_central_class_shards[cls].load() == 0);
+  obj_cache_destroy(again);
 }
