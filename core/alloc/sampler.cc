@@ -165,19 +165,29 @@ uint16_t leg(uint64_t* left, uint64_t max = kLeg) {
 
 }  // namespace
 
-// A class with no size yet (an object cache not created): armed at its first carry.
+// A class with no size yet (an object cache not created): armed at its first pop,
+// whose counter carries. A whole lap first (counter 0) left a new cache's first 4096
+// allocations on each CPU out of every sample.
 constexpr uint64_t kUnarmed = ~uint64_t{0};
 
 uint16_t sample_arm(uint64_t* left, unsigned cls) {
   if (class_size(cls) == 0) {
     *left = kUnarmed;
-    return 0;
+    return static_cast<uint16_t>(65536 - kHitStep);
   }
   *left = sample_draw_count(class_size(cls));
   return leg(left);
 }
 
 bool sample_on_carry(uint64_t* left, unsigned cls, bool retry, uint16_t* counter) {
+  if (*left == kUnarmed && !retry && class_size(cls) != 0) {
+    // Armed at a miss, the class's first allocation on this stream: one of the draw's
+    // (a new cache's first allocation is sampled as often as any other).
+    *left = sample_draw_count(class_size(cls)) - 1;
+    const bool now = *left == 0;
+    *counter = now ? sample_arm(left, cls) : leg(left);
+    return now;
+  }
   const bool sampled = *left == 0;
   if (*left == kUnarmed || sampled) {
     if (sampled || !retry || class_size(cls) == 0) {

@@ -94,7 +94,8 @@ void set_bin_hits(ThreadCache* tc, unsigned cls, uint16_t value) {
 
 void arm_sampling(ThreadCache* tc) {
   tc->sample_epoch = g_sample_epoch;
-  for (unsigned cls = 1; cls < kNumClasses; cls++)
+  // Cache classes too: their slow-path allocations are counted (sampled_or).
+  for (unsigned cls = 1; cls < kMaxClasses; cls++)
     set_bin_hits(tc, cls, sample_arm(&tc->sample_left[cls], cls));
 }
 
@@ -272,7 +273,7 @@ void thread_cache_hits(uint64_t hits[kMaxClasses]) {
     hits[c] = banked_hits_[c].load(std::memory_order_relaxed);
   LockGuard g(registry_lock_);
   for (ThreadCache* tc = registry_.front(); tc; tc = tc->next)
-    for (size_t c = 1; c < kNumClasses; c++) hits[c] += tc->bins[c].hits / kHitStep;
+    for (size_t c = 1; c < kMaxClasses; c++) hits[c] += tc->bins[c].hits / kHitStep;
 }
 
 // The child's only thread, the registry's lock reset by fork (release takes it).
