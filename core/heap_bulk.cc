@@ -203,18 +203,23 @@ ObjCache* cache_create(const char* name, size_t size, size_t align, unsigned fla
 }
 
 void cache_destroy(ObjCache* c) {
-  if (c) obj_cache_destroy(c);
+  if (c) obj_cache_destroy(c, guard::live_in_class(c->cls));
 }
 
 namespace {
-// p is an object of cache c (reported otherwise). *slab holds the last slab seen, so
-// neighbours in a bulk free skip the page-map lookup.
-bool belongs(const ObjCache* c, const void* p, SlabRange* slab) {
+// Whether p is a slab object of cache c, for the caller to free; if not, p is
+// freed here when it is a guarded object of c, else reported. *slab holds the last
+// slab seen, so neighbours in a bulk free skip the page-map lookup.
+bool slab_object(const ObjCache* c, void* p, SlabRange* slab) {
   if (slab->holds(p)) return true;
   uintptr_t e = PageMap::entry(p);
   if (Span* s = (e & PageMap::kClassMask) == c->cls ? slab_of(p, e) : nullptr) {
     *slab = SlabRange(s);
     return true;
+  }
+  if (Span* g = guard::span_of(e); g && guard::class_of(g) == c->cls) {
+    guard::free(p, g);  // a double or invalid free is reported there
+    return false;
   }
   report_bad_free(p, "uslab_cache_free of an object not from this cache", c->cls);
   return false;
@@ -223,7 +228,7 @@ bool belongs(const ObjCache* c, const void* p, SlabRange* slab) {
 
 void cache_free(ObjCache* c, void* p) {
   SlabRange slab;
-  if (!p || !belongs(c, p, &slab)) return;
+  if (!p || !slab_object(c, p, &slab)) return;
   if (prof::g_cache_samples) prof::on_cache_free(p);
   obj_cache_on_free(c, p);
   free_object(p, c->cls);
@@ -237,8 +242,8 @@ size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out) {
 }
 
 void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
-  // Runs of valid objects are freed in place; NULLs and foreign pointers (reported)
-  // end a run. As in free_bulk, a freed run's slab is not trusted afterwards.
+  // Runs of valid objects are freed in place; NULLs, guarded objects (freed by
+  // slab_object) and foreign pointers (reported) end a run. As in free_bulk, a freed run's slab is not trusted afterwards.
   SlabRange slab;
   size_t run = 0;
   const bool poison = c->flags & kCachePoison;
@@ -248,7 +253,7 @@ void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
       if (i == n) break;
     }
     void* p = ptrs[i];
-    if (p && belongs(c, p, &slab)) {
+    if (p && slab_object(c, p, &slab)) {
       if (poison) obj_cache_on_free(c, p);
       continue;
     }

@@ -169,6 +169,7 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
         CentralStats cs = central_stats(c->cls);
         size_t used = cs.objects - cs.free_objects;
         size_t active = used > l.cached.total(c->cls) ? used - l.cached.total(c->cls) : 0;
+        active += guard::live_in_class(c->cls);  // served from guarded slots
         l.print(
             "cache %-24s size %6u align %4u slabs %6zu objects %9zu active %9zu deferred %zu%s\n",
             c->name, c->size, c->align, cs.slabs, cs.objects, active, l.deferred[c->cls],

@@ -73,14 +73,14 @@ ObjCache* obj_cache_create(const char* name, size_t size, size_t align, unsigned
   return c;
 }
 
-void obj_cache_destroy(ObjCache* c) {
+void obj_cache_destroy(ObjCache* c, size_t elsewhere) {
   LockGuard g(registry_lock_);
   unsigned cls = c->cls;
   if (registry_[cls] != c || c->retired) return;
   percpu_drain_class(cls);  // CPU sheaves and depot back to the slabs
   central_release_spares(cls);
   CentralStats cs = central_stats(cls);
-  size_t live = cs.objects - cs.free_objects;
+  size_t live = cs.objects - cs.free_objects + elsewhere;
   if (live) {
     os::print_stderr(
         "uslab: cache '%s' destroyed with %zu live objects (%zu slabs); their "

@@ -51,7 +51,9 @@ struct ObjCache {
 // (no class left: at most kMaxClasses - kFirstCacheClass caches live at once).
 ObjCache* obj_cache_create(const char* name, size_t size, size_t align, unsigned flags,
                            void (*ctor)(void*), int* err);
-void obj_cache_destroy(ObjCache* c);
+// `elsewhere`: live objects of c held outside its slabs (guarded ones), counted
+// with the slabs' as live.
+void obj_cache_destroy(ObjCache* c, size_t elsewhere = 0);
 
 // The cache of a cache class (nullptr for size classes and free cache classes).
 ObjCache* obj_cache_of(unsigned cls);

@@ -9,8 +9,9 @@
 //    heap profiler's client kGuard: a Poisson process of mean guard_sample bytes over
 //    the bytes allocated (0 turns it off), so every size class takes part at no cost
 //    to the fast paths. The hook serves the sampled object from a slot, or declines
-//    (all slots live, an object-cache class, a re-entry) and the allocation is served
-//    as usual.
+//    (all slots live, a re-entry) and the allocation is served as usual. An object
+//    cache's object comes out of its slot as out of a slab: constructed (the cache's
+//    constructor runs on it), or poisoned when the cache checks its poison.
 //  - A slot: kSlotBytes of address space, kAreaBytes for the object and a guard of
 //    kPageSize after it. The object lies at the end of the area (an overflow past it
 //    touches the guard at once) or, half of the time, at the start of its last pages
@@ -77,6 +78,10 @@ size_t live_size(const void* p, Span* s, const char* op);
 // uslab_free_deferred(p) of a guarded object: its free's stack is this call's (the
 // object stays accessible until the grace period's free).
 void note_deferred(void* p);
+// The class whose object slot s holds or held last.
+inline unsigned class_of(const Span* s) { return s->size_class; }
+// Live guarded objects of class cls (an object cache being destroyed counts them).
+size_t live_in_class(unsigned cls);
 
 
 struct Stats {

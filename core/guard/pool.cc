@@ -96,7 +96,8 @@ bool fill_intact(const Slot& s, const char** bad) {
 
 // The sampling hook (sampler.h): class cls's object in a slot, or nullptr.
 void* guarded_small(unsigned cls) {
-  if (cls >= kFirstCacheClass || t_busy) return nullptr;
+  const ObjCache* cache = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
+  if (t_busy || (cls >= kFirstCacheClass && !cache)) return nullptr;
   t_busy = true;
   // The unwinder is opened at the first guarded sample, not at start-up (dlopen of
   // libunwind and libgcc_s took 0.3 ms of every process's start); libgcc's, unless the
@@ -145,6 +146,10 @@ void* guarded_small(unsigned cls) {
   }
   memset(page, kFill, static_cast<size_t>(obj - page));
   memset(obj + size, kFill, static_cast<size_t>(area_end(i) - (obj + size)));
+  if (cache) {  // as a slab's objects are made (obj_cache.h)
+    if (cache->flags & kCachePoison) memset(obj, kPoisonByte, size);
+    if (cache->ctor) cache->ctor(obj);
+  }
   install_handler();
   USLAB_PROBE(guarded_alloc, obj, size);
   t_busy = false;
@@ -236,6 +241,16 @@ size_t live_size(const void* p, Span* span, const char* op) {
   report(i, what, reinterpret_cast<uintptr_t>(p), nullptr);
   abort_if_configured();
   return 0;
+}
+
+size_t live_in_class(unsigned cls) {
+  LockGuard g(g_pool.lock);
+  size_t n = 0;
+  for (uint32_t i = 0; i < g_pool.fresh; i++)
+    if (g_pool.slots[i].state.load(std::memory_order_relaxed) == SlotState::kLive &&
+        g_pool.slots[i].cls == cls)
+      n++;
+  return n;
 }
 
 Stats stats() {

@@ -5,6 +5,7 @@
  * the offset, the size, and the stacks of the allocation (alloc_site) and of the
  * free (free_site). "rate N SIZE" makes N independent use-after-frees (the driver
  * counts the reports: the detection rate). */
+#include <dlfcn.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
@@ -25,6 +26,39 @@ __attribute__((noinline)) void free_site(void *p) {
   free(p);
   __asm__ volatile("" : : : "memory");
 }
+__attribute__((noinline)) char *cache_alloc_site(uslab_cache_t *c) {
+  char *p = uslab_cache_alloc(c);
+  __asm__ volatile("" : : "r"(p) : "memory");
+  return p;
+}
+__attribute__((noinline)) void cache_free_site(uslab_cache_t *c, void *p) {
+  uslab_cache_free(c, p);
+  __asm__ volatile("" : : : "memory");
+}
+__attribute__((noinline)) void bulk_alloc_site(size_t size, size_t n, void **out) {
+  CHECK(uslab_alloc_bulk(size, n, out) == n);
+  __asm__ volatile("" : : : "memory");
+}
+__attribute__((noinline)) void bulk_free_site(size_t n, void **ptrs) {
+  uslab_free_bulk(n, ptrs);
+  __asm__ volatile("" : : : "memory");
+}
+/* C++'s sized delete, operator delete(void*, size_t), called by its symbol. */
+__attribute__((noinline)) void sized_free_site(void *p, size_t size) {
+  void (*sized_delete)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "_ZdlPvm");
+  CHECK(sized_delete != NULL);
+  if (sized_delete) sized_delete(p, size);
+  __asm__ volatile("" : : : "memory");
+}
+
+static void construct(void *p) { memset(p, 0x5a, kSize); }
+
+static size_t guarded_live(void) {
+  uslab_stats_t st;
+  CHECK(uslab_stats_get(&st, sizeof st) == 0);
+  return st.guarded_live;
+}
+
 __attribute__((noinline)) void deferred_free_site(void *p) {
   uslab_free_deferred(p);
   __asm__ volatile("" : : : "memory");
@@ -60,6 +94,84 @@ int main(int argc, char **argv) {
     printf("survived\n");
     return 0;
   }
+  if (!strcmp(what, "paths")) {
+    /* Every entry point hands out and takes back guarded objects, with no report:
+     * aligned allocations keep their alignment; a sized delete given the wrong size,
+     * realloc into a slot and out of one, the bulk calls, and object caches (a
+     * constructed object, a poisoned cache's object that passes its check, a zeroed
+     * one; a cache destroyed with a guarded object live reports it). */
+    size_t live = guarded_live();
+    void *a = aligned_alloc(256, 256), *b = NULL;
+    CHECK(a && (uintptr_t)a % 256 == 0 && guarded_live() == live + 1);
+    CHECK(posix_memalign(&b, 128, 100) == 0 && (uintptr_t)b % 128 == 0);
+    CHECK(guarded_live() == live + 2);
+    free(a);
+    free(b);
+    CHECK(guarded_live() == live);
+    char *q = malloc(kSize);
+    CHECK(guarded_live() == live + 1);
+    sized_free_site(q, 16); /* the wrong size: the object is freed all the same */
+    CHECK(guarded_live() == live);
+    char *r = malloc(16);
+    memset(r, 3, 16);
+    char *grown = realloc(r, 3000); /* moves into another slot */
+    CHECK(grown && grown[15] == 3 && malloc_usable_size(grown) >= 3000);
+    CHECK(guarded_live() == live + 1);
+    free(grown);
+    void *objs[8];
+    bulk_alloc_site(kSize, 8, objs);
+    CHECK(guarded_live() == live + 8);
+    for (int i = 0; i < 8; i++) memset(objs[i], i, kSize);
+    bulk_free_site(8, objs);
+    CHECK(guarded_live() == live);
+    uslab_cache_t *c = uslab_cache_create("guarded-ctor", kSize, 0, 0, construct);
+    uslab_cache_t *z = uslab_cache_create("guarded-zero", kSize, 0, USLAB_CACHE_ZERO, NULL);
+    uslab_cache_t *pz = uslab_cache_create("guarded-poison", kSize, 0, USLAB_CACHE_POISON, NULL);
+    CHECK(c && z && pz);
+    char *co = cache_alloc_site(c), *zo = uslab_cache_alloc(z), *po = uslab_cache_alloc(pz);
+    CHECK(co && co[0] == 0x5a && co[kSize - 1] == 0x5a);
+    CHECK(zo && zo[0] == 0 && zo[kSize - 1] == 0 && po);
+    CHECK(guarded_live() == live + 3);
+    void *cb[4];
+    CHECK(uslab_cache_alloc_bulk(c, 4, cb) == 4);
+    CHECK(((char *)cb[3])[7] == 0x5a && guarded_live() == live + 7);
+    uslab_cache_free_bulk(c, 4, cb);
+    cache_free_site(c, co);
+    uslab_cache_free(z, zo);
+    uslab_cache_free(pz, po);
+    CHECK(guarded_live() == live);
+    uslab_cache_destroy(z);
+    uslab_cache_destroy(pz);
+    co = cache_alloc_site(c);
+    uslab_cache_destroy(c); /* reports one live object, keeps it valid */
+    CHECK(co[9] == 0x5a);
+    return check_done("guarded paths");
+  }
+  /* Errors on objects of the other entry points (each shows its object). */
+  if (!strcmp(what, "bulk-uaf")) {
+    void *objs[4];
+    bulk_alloc_site(kSize, 4, objs);
+    show(objs[2], kSize);
+    bulk_free_site(4, objs);
+    ((volatile char *)objs[2])[8] = 7;
+  } else if (!strcmp(what, "cache-uaf")) {
+    uslab_cache_t *c = uslab_cache_create("guarded", kSize, 0, 0, construct);
+    char *o = cache_alloc_site(c);
+    show(o, kSize);
+    CHECK(o[1] == 0x5a);
+    cache_free_site(c, o);
+    ((volatile char *)o)[8] = 7;
+  } else if (!strcmp(what, "cache-double-free")) {
+    uslab_cache_t *c = uslab_cache_create("guarded", kSize, 0, 0, construct);
+    char *o = cache_alloc_site(c);
+    show(o, kSize);
+    cache_free_site(c, o);
+    cache_free_site(c, o);
+  }
+  if (!strcmp(what, "bulk-uaf") || !strncmp(what, "cache-", 6)) {
+    printf("survived\n");
+    return 0;
+  }
   volatile char *p = alloc_site(kSize);
   memset((char *)p, 1, kSize);
   show((const void *)p, kSize);
@@ -86,6 +198,9 @@ int main(int argc, char **argv) {
     free_site((void *)p);
     void *q = realloc((void *)p, 128);
     printf("realloc gave %p\n", q);
+  } else if (!strcmp(what, "sized-uaf")) {
+    sized_free_site((void *)p, 8); /* the wrong size */
+    p[8] = 7;
   } else if (!strcmp(what, "deferred")) {
     /* Readable until its grace period ends, inaccessible after. */
     deferred_free_site((void *)p);

@@ -25,6 +25,10 @@ cases=(
   "interior-free:invalid free*16 bytes inside the 64-byte object:alloc"
   "realloc-freed:realloc of a freed pointer*0 bytes inside the 64-byte object:free"
   "deferred:use after free (read)*3 bytes inside the 64-byte object:deferred"
+  "sized-uaf:use after free (write)*8 bytes inside the 64-byte object:sized"
+  "bulk-uaf:use after free (write)*8 bytes inside the 64-byte object:bulk"
+  "cache-uaf:use after free (write)*8 bytes inside the 64-byte object:cache"
+  "cache-double-free:double free*0 bytes inside the 64-byte object:cache"
 )
 for c in "${cases[@]}"; do
   what=${c%%:*}; rest=${c#*:}; want=${rest%:*}; stacks=${rest##*:}
@@ -40,6 +44,9 @@ for c in "${cases[@]}"; do
   case $stacks in
     free) check '[[ "$err" == *"freed by thread"*"free_site"*"main"* ]]' "$what: free stack (got: $err)";;
     deferred) check '[[ "$err" == *"freed by thread"*"deferred_free_site"*"main"* ]]' "$what: free stack (got: $err)";;
+    sized|bulk|cache)
+      check '[[ "$err" == *"allocated by thread"*"${stacks}_alloc_site"*"freed by thread"* ]] || [[ $stacks == sized ]]' "$what: allocation stack through the $stacks call (got: $err)"
+      check '[[ "$err" == *"freed by thread"*"${stacks}_free_site"*"main"* ]]' "$what: free stack through the $stacks call (got: $err)";;
     alloc) check '[[ "$err" != *"freed by thread"* ]]' "$what: no free stack for a live object";;
   esac
 done
@@ -58,6 +65,10 @@ out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" wild 2>&1); rc=$?
 check '[ $rc -eq 139 ] && [[ "$out" != *"uslab:"* ]]' "wild: a fault outside the pool must get the default action (rc=$rc, got: $out)"
 out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" fork 2>&1); rc=$?
 check '[ $rc -eq 0 ] && [[ "$out" != *"uslab:"* ]]' "fork: child and parent free cleanly (rc=$rc, got: $out)"
+# Every entry point takes part (aligned, sized delete of the wrong size, realloc,
+# bulk, object caches), with nothing reported but the destroyed cache's live object.
+out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" paths 2>&1); rc=$?
+check '[ $rc -eq 0 ] && [ $(echo "$out" | grep -c "uslab:") -eq 1 ] && [[ "$out" == *"cache '"'"'guarded-ctor'"'"' destroyed with 1 live objects"* ]]' "paths: served and freed guarded (rc=$rc, got: $out)"
 # No error: nothing reported.
 out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" ok 2>&1); rc=$?
 check '[ $rc -eq 0 ] && [[ "$out" != *"uslab:"* ]]' "ok: no report (rc=$rc, got: $out)"
