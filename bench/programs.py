@@ -179,3 +179,92 @@ def bench_suite(args, allocs, out):
         "against glibc's run)")
     shutil.rmtree(work, ignore_errors=True)
     return med
+
+
+# The allocator configurations of `bench security` beside every allocator's defaults:
+# uslab's guarded sampling at its densest (every allocation guarded while slots
+# last), with large objects guarded too, and its debugging options.
+SECURITY_CONFIGS = {
+    "uslab guard_sample=1": "guard_sample=1",
+    "uslab guard_sample=1,guard=true": "guard_sample=1,guard=true",
+    "uslab poison=true,guard=true": "poison=true,guard=true",
+}
+SECURITY_SIZES = ("small", "medium", "large")  # 8 B, 4 KiB, 256 KiB (its CMakeLists)
+
+
+def security_dir(directory):
+    """The folder of mimalloc-bench's built security programs under directory, or None."""
+    for d in (os.path.join(directory, "out", "bench", "security"),
+              os.path.join(directory, "security"), directory):
+        if os.path.isfile(os.path.join(d, "double_free_small")):
+            return d
+    return None
+
+
+def bench_security(args, allocs, out):
+    """mimalloc-bench's security programs (bench/security: overflows, underflows, use
+    after free, double and invalid frees, reuse), each under every allocator and
+    uslab's configurations above, --rounds times (a guarded object lies at the end or
+    the start of its pages at random, so an error that only one side catches is caught
+    about half of the time). A run catches the error when the program does not get to
+    print NOT_CAUGHT (bench.sh's rule: it aborted, crashed, or exited first)."""
+    import subprocess
+    d = security_dir(os.path.abspath(args.suite)) if args.suite else None
+    if not d:
+        print("Skipped: point --suite at a checkout of github.com/daanx/mimalloc-bench whose "
+              "security programs are built (out/bench/security)\n")
+        return
+    runs = dict(allocs)
+    for name in SECURITY_CONFIGS:
+        runs[name] = allocs["uslab"]
+    rows = {}  # program -> {size: {alloc: runs that caught}}
+    for b in sorted(os.listdir(d)):
+        path = os.path.join(d, b)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            continue
+        base, _, size = b.rpartition("_")
+        if size not in SECURITY_SIZES:
+            base, size = b, ""
+        rows.setdefault(base, {}).setdefault(size, {})
+
+    def one(a, lib):
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "USLAB_CONF")}
+        if lib:
+            env["LD_PRELOAD"] = lib
+        if a in SECURITY_CONFIGS:
+            env["USLAB_CONF"] = SECURITY_CONFIGS[a]
+        for base, sizes in rows.items():
+            for size, caught in sizes.items():
+                exe = os.path.join(d, f"{base}_{size}" if size else base)
+                try:
+                    r = subprocess.run([exe], cwd=d, env=env, capture_output=True, timeout=5)
+                    missed = b"NOT_CAUGHT" in r.stdout
+                except subprocess.TimeoutExpired:
+                    missed = False
+                caught[a] = caught.get(a, 0) + (not missed)
+
+    alternate(runs, args.rounds, one)
+    names = list(runs)
+    print(f"Command: tools/uslab bench security --suite DIR --rounds {args.rounds} "
+          "(mimalloc-bench's bench/security programs, built with their CMakeLists: each C "
+          "program at 8 B / 4 KiB / 256 KiB, the C++ ones at 4 KiB; a cell per size: + caught "
+          "in every round, - in none, else in how many; the last row counts programs caught, "
+          "a program caught in k of n rounds counting k/n)\n")
+    print("| program | " + " | ".join(names) + " |")
+    print("|" + "---|" * (len(names) + 1))
+    total = {a: 0.0 for a in names}
+    count = 0
+    for base, sizes in rows.items():
+        cells = []
+        for a in names:
+            marks = []
+            for size in [s for s in SECURITY_SIZES + ("",) if s in sizes]:
+                k = sizes[size].get(a, 0)
+                marks.append("+" if k == args.rounds else "-" if k == 0 else f"{k}/{args.rounds}")
+                total[a] += k / args.rounds
+            cells.append(" ".join(marks))
+        count += len(sizes)
+        print(f"| {base} | " + " | ".join(cells) + " |")
+    print(f"| caught, of {count} | " + " | ".join(f"{total[a]:.1f}" for a in names) + " |\n")
+    out["security"] = {f"{a}/{base}/{s}": k for base, sizes in rows.items()
+                       for s, c in sizes.items() for a, k in c.items()}

@@ -45,6 +45,9 @@ Benchmarks (default: all):
                 thread, alloc-test, malloc-large, cfrac, espresso, barnes) from the built
                 checkout --suite DIR names (bench/suite.py); the same table as apps, and
                 with apps, the geometric means over both
+  security      mimalloc-bench's bench/security programs (overflows, use after free,
+                double and invalid frees) from the same checkout: which each allocator
+                catches, and uslab with guard_sample=1 and its debugging options
   bigblocks     the page-fault storm: 300 times a block of 5 … 25 MiB allocated,
                 every page written, freed; wall/user/sys seconds and minor faults
                 against glibc
@@ -140,6 +143,7 @@ BENCHMARKS = {
     "idle": memory.bench_idle,
     "apps": programs.bench_apps,
     "suite": programs.bench_suite,
+    "security": programs.bench_security,
     "bigblocks": memory.bench_bigblocks,
     "startup": speed.bench_startup,
     "numa": threaded.bench_numa,
