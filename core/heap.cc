@@ -60,6 +60,14 @@ Segment* resize_huge_admitted(Segment* seg, size_t size, bool may_move) {
   return segment_resize_huge(seg, size, may_move);
 }
 
+// Whose sample point (sampler.h) a large allocation of `bytes` holds, if any: the
+// large allocations' countdown decides once for both clients.
+enum class LargePick { kNone, kProfiler, kGuard };
+LargePick large_pick(size_t bytes) {
+  if (!sample_large(bytes)) return LargePick::kNone;
+  return sample_pick() == SampleClient::kProfiler ? LargePick::kProfiler : LargePick::kGuard;
+}
+
 }  // namespace
 
 void* alloc_large(size_t size, size_t align, bool* zeroed) {
@@ -70,6 +78,14 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   size_t npages = pages_for(size);
   size_t align_pages = align > kPageSize ? align >> kPageShift : 1;
   USLAB_PROBE(large_alloc, size, align);
+  const LargePick pick =
+      __builtin_expect(g_sampling, 0) ? large_pick(npages << kPageShift) : LargePick::kNone;
+  if (__builtin_expect(pick == LargePick::kGuard, 0))
+    if (void* p = guard::alloc_large(size, align)) {  // else allocated as usual
+      if (zeroed) *zeroed = false;
+      track_alloc(p, (size + 15) & ~size_t{15}, false);
+      return p;
+    }
   // With the guard option every large object gets a mapping of its own, between
   // inaccessible pages (segment_create_huge).
   if (!g_config.guard && npages + align_pages - 1 <= PageHeap::kMaxPages) {
@@ -77,7 +93,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
     Span* s = g_page_heap[current_shard()].alloc(npages, align_pages, SpanKind::kLarge, &z);
     if (!s) return os::fail_nomem();
     if (zeroed) *zeroed = z;
-    if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(s);
+    if (__builtin_expect(pick == LargePick::kProfiler, 0)) prof::on_large_sampled(s);
     track_alloc(s->start, s->bytes(), z);
     return s->start;
   }
@@ -117,7 +133,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   g_huge_count.fetch_add(1, std::memory_order_relaxed);
   g_huge_bytes.fetch_add(desc->bytes(), std::memory_order_relaxed);
   if (zeroed) *zeroed = fresh;
-  if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(desc);
+  if (__builtin_expect(pick == LargePick::kProfiler, 0)) prof::on_large_sampled(desc);
   track_alloc(desc->start, desc->bytes(), fresh);
   return desc->start;
 }
@@ -228,7 +244,8 @@ void track_resized(const Span* l, size_t old_bytes) {
 // as jemalloc's does for realloc.
 void resampled(Span* l, const void* was = nullptr) {
   if (__builtin_expect(l->sampled, 0)) prof::on_sampled_free(l, was ? was : l->start);
-  if (__builtin_expect(g_sampling, 0)) prof::on_large_alloc(l);
+  if (__builtin_expect(g_sampling, 0) && large_pick(l->bytes()) == LargePick::kProfiler)
+    prof::on_large_sampled(l);
 }
 
 // Resizes large span l (object p) in place to `size` bytes when its pages allow;

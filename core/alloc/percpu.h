@@ -198,8 +198,8 @@ void percpu_decay_sheaves();
 // sampling turns on: a CPU armed only at its next carry would sample nothing of its
 // first 4096 pops per class (a program that allocates 2000 blocks of 16 KiB: none).
 void percpu_sample_arm();
-// sample_set_client (sampler.h), and when sampling turns on, every CPU's streams and
-// this thread's armed (the others' at their next carry).
+// sample_set_client (sampler.h), and when sampling turns on or its mean changes,
+// every CPU's streams and this thread's armed (the others' at their next carry).
 void set_sample_client(SampleClient which, const SampleHooks* hooks, uint64_t mean_bytes);
 // Bytes of objects in the CPUs' class sheaves (a racy sum).
 size_t percpu_cached_bytes();

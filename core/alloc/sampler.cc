@@ -114,14 +114,15 @@ USLAB_STARTUP_TEXT bool sample_set_client(SampleClient which, const SampleHooks*
   for (const Client& k : g_clients)
     if (k.mean) rate += 1 / static_cast<double>(k.mean);
   const bool was = g_sampling, on = rate > 0;
-  const uint64_t mean = on ? static_cast<uint64_t>(1 / rate) : g_sample_bytes;
-  // A new mean re-arms every stream at its next carry (the epoch), as turning on does.
-  if (on && (!was || mean != g_sample_bytes)) {
-    __atomic_store_n(&g_sample_bytes, mean > 0 ? mean : 1, __ATOMIC_RELAXED);
+  uint64_t mean = on ? static_cast<uint64_t>(1 / rate) : g_sample_bytes;
+  if (mean == 0) mean = 1;
+  const bool arm = on && (!was || mean != g_sample_bytes);
+  if (arm) {  // the epoch: a stream armed before re-arms at its next carry
+    __atomic_store_n(&g_sample_bytes, mean, __ATOMIC_RELAXED);
     __atomic_fetch_add(&g_sample_epoch, 1, __ATOMIC_RELAXED);
   }
   __atomic_store_n(&g_sampling, on, __ATOMIC_RELAXED);
-  return on && !was;
+  return arm;
 }
 
 uint64_t sample_client_bytes(SampleClient which) {

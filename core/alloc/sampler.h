@@ -55,9 +55,11 @@ struct SampleHooks {
 extern const SampleHooks* g_sample_hooks;
 
 enum class SampleClient : unsigned { kProfiler, kGuard, kCount };
-// Starts (mean_bytes > 0) or stops (0) a client's sampling; the streams re-arm with
-// the new combined mean at their next carry. True when sampling was off and is on now
-// (the caller arms the streams: set_sample_client in percpu.h does both).
+// Starts (mean_bytes > 0) or stops (0) a client's sampling. True when the streams must
+// be armed: sampling was off and is on now, or its combined mean changed (the caller
+// arms them: set_sample_client in percpu.h does both). Streams it does not reach
+// re-arm at their next carry (the epoch), up to 4096 pops later: the profiler turned
+// on first left the guard's guard_sample=1 without a sample for that long.
 bool sample_set_client(SampleClient which, const SampleHooks* hooks, uint64_t mean_bytes);
 // A client's mean bytes between its samples (0: it does not sample).
 uint64_t sample_client_bytes(SampleClient which);

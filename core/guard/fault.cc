@@ -141,11 +141,13 @@ void report(uint32_t i, const char* what, uintptr_t addr, const prof::Stack* acc
   const uintptr_t obj = reinterpret_cast<uintptr_t>(s.object);
   const long off = static_cast<long>(addr - obj);
   const long n = off < 0 ? -off : off < s.size ? off : off - static_cast<long>(s.size);
+  char kind[24] = "large";
+  if (s.cls) os::format(kind, sizeof kind, "size class %u", s.cls);
   os::print_stderr("uslab: guarded object: %s at %p: %ld byte%s %s the %u-byte object at %p"
-                   " (size class %u)\n",
+                   " (%s)\n",
                    what, reinterpret_cast<void*>(addr), n, n == 1 ? "" : "s",
                    off < 0 ? "before" : off < s.size ? "inside" : "past the end of", s.size,
-                   s.object, s.cls);
+                   s.object, kind);
   prof::Symbolizer sym;
   if (access) print_stack(sym, "at", 0, *access);
   print_stack(sym, "allocated", s.alloc_tid, s.alloc_stack);

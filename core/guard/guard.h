@@ -11,7 +11,10 @@
 //    to the fast paths. The hook serves the sampled object from a slot, or declines
 //    (all slots live, a re-entry) and the allocation is served as usual. An object
 //    cache's object comes out of its slot as out of a slab: constructed (the cache's
-//    constructor runs on it), or poisoned when the cache checks its poison.
+//    constructor runs on it), or poisoned when the cache checks its poison. Large
+//    objects up to kAreaBytes take part through the large allocations' byte
+//    countdown (sample_large), whose sample points heap.cc gives to the profiler or
+//    here as the schedule picks.
 //  - A slot: kSlotBytes of address space, kAreaBytes for the object and a guard of
 //    kPageSize after it. The object lies at the end of the area (an overflow past it
 //    touches the guard at once) or, half of the time, at the start of its last pages
@@ -55,13 +58,21 @@
 
 namespace uslab::guard {
 
-constexpr size_t kAreaBytes = kMaxSmall;  // the largest size class fits
+// The largest size class fits, and large objects up to 64 KiB (larger ones have the
+// mapping of their own that guard=true gives).
+constexpr size_t kAreaBytes = size_t{64} << 10;
+static_assert(kAreaBytes >= kMaxSmall && kAreaBytes % kPageSize == 0);
 constexpr size_t kSlotBytes = kAreaBytes + kPageSize;
 constexpr uint8_t kFill = 0xd7;  // the object's pages around it, checked at free
 
 // Registers the sampling client when guard_sample asks for it (the library's
 // constructor). Maps nothing.
 void init();
+
+// A large object of `size` bytes aligned to `align` in a slot, for a sample point of
+// the guard's (heap.cc picks it); nullptr when it is larger than kAreaBytes, aligned
+// beyond a page, or no slot is free: it is then allocated as usual.
+void* alloc_large(size_t size, size_t align);
 
 // The guarded slot named by page-map entry e, or nullptr.
 inline Span* span_of(uintptr_t e) {

@@ -94,10 +94,10 @@ bool fill_intact(const Slot& s, const char** bad) {
   return (*bad = first_changed(end, limit)) == limit;
 }
 
-// The sampling hook (sampler.h): class cls's object in a slot, or nullptr.
-void* guarded_small(unsigned cls) {
-  const ObjCache* cache = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
-  if (t_busy || (cls >= kFirstCacheClass && !cache)) return nullptr;
+// An object of `size` bytes (class cls, 0 for a large one; cache's when it is a
+// cache's) in a slot, aligned to `align`, or nullptr when no slot can be had.
+void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
+  if (t_busy) return nullptr;
   t_busy = true;
   // The unwinder is opened at the first guarded sample, not at start-up (dlopen of
   // libunwind and libgcc_s took 0.3 ms of every process's start); libgcc's, unless the
@@ -120,12 +120,12 @@ void* guarded_small(unsigned cls) {
     return nullptr;
   }
   Slot& s = g_pool.slots[i];
-  const size_t size = class_size(cls);
-  // At the end of the area, or at the start of its last pages (the alignment kept:
-  // the area ends on a kPageSize boundary, and a class aligned beyond a page is a
-  // multiple of it).
+  // At the end of the area, or at the start of its last pages, the alignment kept:
+  // the area ends on a kPageSize boundary (a class aligned beyond a page is a
+  // multiple of it; a large object asks for at most a page).
   const bool at_start = os::random_u64() & 1;
-  char* obj = area_end(i) - (at_start ? (size + os::kOsPage - 1) & ~(os::kOsPage - 1) : size);
+  const size_t unit = at_start && align < os::kOsPage ? os::kOsPage : align;
+  char* obj = area_end(i) - ((size + unit - 1) & ~(unit - 1));
   s.object = obj;
   s.size = static_cast<uint32_t>(size);
   s.cls = static_cast<uint8_t>(cls);
@@ -156,6 +156,13 @@ void* guarded_small(unsigned cls) {
   return obj;
 }
 
+// The sampling hook (sampler.h): class cls's object in a slot, or nullptr.
+void* guarded_small(unsigned cls) {
+  const ObjCache* cache = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
+  if (cls >= kFirstCacheClass && !cache) return nullptr;
+  return serve(class_size(cls), 1, cls, cache);
+}
+
 constexpr SampleHooks kHooks = {guarded_small};
 
 uint32_t slot_index(const Span* s) { return s->first_page; }
@@ -166,6 +173,13 @@ USLAB_STARTUP_TEXT void init() {
   config_init();
   if (g_config.guard_sample)
     set_sample_client(SampleClient::kGuard, &kHooks, g_config.guard_sample);
+}
+
+void* alloc_large(size_t size, size_t align) {
+  if (align < 16) align = 16;
+  size = (size + 15) & ~size_t{15};  // the usable size, as a malloc'd object's
+  if (size > kAreaBytes || align > kPageSize) return nullptr;
+  return serve(size, align, 0, nullptr);
 }
 
 void free(void* p, Span* span) {

@@ -433,11 +433,8 @@ void reset(uint64_t sample_bytes) {
   g_peak_bytes = g_snapshot_bytes = g_live_bytes;
 }
 
-void on_large_alloc(Span* s) {
-  // The schedule's sample points that are the profiler's (sampler.h).
-  if (t_in_prof || !active() || !sample_large(s->bytes()) ||
-      sample_pick() != SampleClient::kProfiler)
-    return;
+void on_large_sampled(Span* s) {
+  if (t_in_prof || !active()) return;
   t_in_prof = true;
   s->sampled = Span::kSampledLarge;
   record(s->start, s->bytes(), 0);

@@ -42,9 +42,9 @@ uint64_t sample_bytes();
 // Forgets what was allocated and the peak; live objects stay tracked. A mean of 0
 // keeps prof_sample (mallctl prof.reset takes lg_sample).
 void reset(uint64_t sample_bytes);
-// A large or huge span just allocated (or resized in place); samples it when its
-// turn comes (sampler.h).
-void on_large_alloc(Span* s);
+// A large or huge span just allocated (or resized in place) that holds one of the
+// profiler's sample points (heap.cc draws them from sampler.h's countdown).
+void on_large_sampled(Span* s);
 // A sampled large or huge object (s->sampled) is being freed, or was resized (its
 // object then was at `start`): its record goes.
 void on_sampled_free(Span* s, const void* start = nullptr);

@@ -15,7 +15,7 @@
 #include "include/uslab.h"
 #include "test/common/check.h"
 
-enum { kSize = 64 };
+enum { kSize = 64, kLarge = 40000 }; /* kLarge: a large object, guarded up to 64 KiB */
 
 __attribute__((noinline)) char *alloc_site(size_t n) {
   char *p = malloc(n);
@@ -118,6 +118,18 @@ int main(int argc, char **argv) {
     CHECK(grown && grown[15] == 3 && malloc_usable_size(grown) >= 3000);
     CHECK(guarded_live() == live + 1);
     free(grown);
+    /* Large objects up to 64 KiB: aligned, moved by realloc into another slot. */
+    char *big = aligned_alloc(4096, kLarge);
+    CHECK(big && (uintptr_t)big % 4096 == 0 && guarded_live() == live + 1);
+    memset(big, 4, kLarge);
+    char *bigger = realloc(big, 60000);
+    CHECK(bigger && bigger[kLarge - 1] == 4 && malloc_usable_size(bigger) == 60000);
+    CHECK(guarded_live() == live + 1);
+    char *huge = malloc(100000); /* past the slots: not guarded */
+    CHECK(huge && guarded_live() == live + 1);
+    free(huge);
+    free(bigger);
+    CHECK(guarded_live() == live);
     void *objs[8];
     bulk_alloc_site(kSize, 8, objs);
     CHECK(guarded_live() == live + 8);
@@ -161,6 +173,16 @@ int main(int argc, char **argv) {
     CHECK(o[1] == 0x5a);
     cache_free_site(c, o);
     ((volatile char *)o)[8] = 7;
+  } else if (!strcmp(what, "large-uaf")) {
+    volatile char *o = alloc_site(kLarge);
+    show((const void *)o, kLarge);
+    free_site((void *)o);
+    o[8] = 7;
+  } else if (!strcmp(what, "large-overflow")) {
+    volatile char *o = alloc_site(kLarge);
+    show((const void *)o, kLarge);
+    o[kLarge] = 7;
+    free_site((void *)o);
   } else if (!strcmp(what, "cache-double-free")) {
     uslab_cache_t *c = uslab_cache_create("guarded", kSize, 0, 0, construct);
     char *o = cache_alloc_site(c);
@@ -168,7 +190,7 @@ int main(int argc, char **argv) {
     cache_free_site(c, o);
     cache_free_site(c, o);
   }
-  if (!strcmp(what, "bulk-uaf") || !strncmp(what, "cache-", 6)) {
+  if (!strcmp(what, "bulk-uaf") || !strncmp(what, "cache-", 6) || !strncmp(what, "large-", 6)) {
     printf("survived\n");
     return 0;
   }

@@ -29,6 +29,8 @@ cases=(
   "bulk-uaf:use after free (write)*8 bytes inside the 64-byte object:bulk"
   "cache-uaf:use after free (write)*8 bytes inside the 64-byte object:cache"
   "cache-double-free:double free*0 bytes inside the 64-byte object:cache"
+  "large-uaf:use after free (write)*8 bytes inside the 40000-byte object:free"
+  "large-overflow:overflow*0 bytes past the end of the 40000-byte object:any"
 )
 for c in "${cases[@]}"; do
   what=${c%%:*}; rest=${c#*:}; want=${rest%:*}; stacks=${rest##*:}
@@ -69,6 +71,10 @@ check '[ $rc -eq 0 ] && [[ "$out" != *"uslab:"* ]]' "fork: child and parent free
 # bulk, object caches), with nothing reported but the destroyed cache's live object.
 out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" paths 2>&1); rc=$?
 check '[ $rc -eq 0 ] && [ $(echo "$out" | grep -c "uslab:") -eq 1 ] && [[ "$out" == *"cache '"'"'guarded-ctor'"'"' destroyed with 1 live objects"* ]]' "paths: served and freed guarded (rc=$rc, got: $out)"
+# The same with the heap profiler sampling too (turned on first, at another mean):
+# all but one sample point in a million are still the guard's, from the first allocation.
+out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}prof=true,prof_sample=1m,prof_final=false,guard_sample=1 "$exe" paths 2>&1); rc=$?
+check '[ $rc -eq 0 ] && [[ "$out" == *"guarded paths:"*" 0 failed"* ]]' "paths with the profiler on: served and freed guarded (rc=$rc, got: $out)"
 # No error: nothing reported.
 out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" ok 2>&1); rc=$?
 check '[ $rc -eq 0 ] && [[ "$out" != *"uslab:"* ]]' "ok: no report (rc=$rc, got: $out)"
