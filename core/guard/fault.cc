@@ -94,7 +94,7 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
   // Recoverable: the slot stays open for good (reported once) and the access is
   // retried.
   s.state.store(SlotState::kBurned, std::memory_order_release);
-  os::protect(slot_base(i), kSlotBytes, true);
+  set_access(slot_base(i), kSlotBytes, true);
 }
 
 void print_stack(prof::Symbolizer& sym, const char* title, uint32_t tid,

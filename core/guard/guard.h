@@ -21,9 +21,12 @@
 //    (an underflow touches the inaccessible page before it), its alignment kept; the
 //    rest of its pages is filled with kFill and checked at free. Only the object's
 //    pages are accessible while it lives; when it is freed they are made
-//    inaccessible and given back (MADV_DONTNEED), and the slot waits in a
-//    quarantine: the least recently freed slot is reused first, so a freed object
-//    stays inaccessible for as long as the pool allows.
+//    inaccessible and given back, and the slot waits in a quarantine: the least
+//    recently freed slot is reused first, so a freed object stays inaccessible for
+//    as long as the pool allows. Inaccessible means guard regions where the kernel
+//    has them (Linux 6.13: one madvise each way, marks in the page tables, the pool
+//    one mapping), else mprotect (which splits the pool's mapping around each live
+//    object and merges it back at free) and MADV_DONTNEED.
 //  - A deferred free (uslab_free_deferred) of a guarded object records its stack as
 //    the free's at the call (note_deferred); the object stays accessible until the
 //    grace period's free, and faults after it, as KFENCE does for kfree_rcu.
@@ -133,6 +136,7 @@ struct Pool {
   uint64_t allocations USLAB_GUARDED_BY(lock) = 0;
   uint64_t reports = 0;  // atomic adds (the handler adds without the lock)
   bool failed USLAB_GUARDED_BY(lock) = false;  // the pool could not be mapped
+  bool regions = false;  // inaccessible by guard regions, not mprotect (set before base)
 };
 extern Pool g_pool;
 
@@ -150,6 +154,14 @@ namespace internal {
 // The first byte of slot i and its object's accessible pages [first, end).
 inline char* slot_base(uint32_t i) { return g_pool.base + size_t{i} * kSlotBytes; }
 inline char* area_end(uint32_t i) { return slot_base(i) + kAreaBytes; }
+// Makes [p, p + bytes) of the pool accessible (open) or not, by the pool's means; a
+// closed range's pages are given back. False when the kernel refused.
+inline bool set_access(char* p, size_t bytes, bool open) {
+  if (g_pool.regions) return os::guard_region(p, bytes, !open);
+  if (!os::protect(p, bytes, open)) return false;
+  if (!open) os::purge(p, bytes);
+  return true;
+}
 inline char* pages_start(const Slot& s) {
   return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(s.object) & ~(os::kOsPage - 1));
 }

@@ -163,6 +163,11 @@ bool protect(void* p, size_t bytes, bool accessible) {
                   accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
+bool guard_region(void* p, size_t bytes, bool install) {
+  constexpr int kInstall = 102, kRemove = 103;  // Linux 6.13's values (older headers lack them)
+  return syscall6(SYS_madvise, (long)p, (long)bytes, install ? kInstall : kRemove) == 0;
+}
+
 uint64_t random_u64() {
   uint64_t v = 0;
   if (syscall6(SYS_getrandom, (long)&v, sizeof v, GRND_NONBLOCK) == sizeof v && v) return v;

@@ -86,6 +86,11 @@ void populate(const void* p, size_t bytes);
 // mprotect: read/write, or no access at all (guard pages); false when refused (the
 // kernel's limit on mappings, vm.max_map_count, counts every split).
 bool protect(void* p, size_t bytes, bool accessible);
+// Guard regions (madvise MADV_GUARD_INSTALL / MADV_GUARD_REMOVE, Linux 6.13): pages
+// of a private anonymous mapping marked in its page tables so that any access faults
+// (SIGSEGV), with no mapping split; installing drops what the pages held, removing
+// leaves them reading as zero. False where the kernel lacks them (EINVAL).
+bool guard_region(void* p, size_t bytes, bool install);
 // 64 random bits (getrandom, not blocking; a mix of the clock otherwise), never 0.
 uint64_t random_u64();
 // Transparent huge pages: the system's setting (/sys/kernel/mm/transparent_hugepage/

@@ -220,6 +220,17 @@ int main(int argc, char **argv) {
     free_site((void *)p);
     void *q = realloc((void *)p, 128);
     printf("realloc gave %p\n", q);
+  } else if (!strcmp(what, "fork-uaf")) {
+    /* Freed before a fork: the child's copy of the pool is inaccessible there too. */
+    free_site((void *)p);
+    pid_t pid = fork();
+    if (pid == 0) {
+      printf("%d\n", p[8]);
+      _exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 0;
   } else if (!strcmp(what, "sized-uaf")) {
     sized_free_site((void *)p, 8); /* the wrong size */
     p[8] = 7;

@@ -25,6 +25,7 @@ cases=(
   "interior-free:invalid free*16 bytes inside the 64-byte object:alloc"
   "realloc-freed:realloc of a freed pointer*0 bytes inside the 64-byte object:free"
   "deferred:use after free (read)*3 bytes inside the 64-byte object:deferred"
+  "fork-uaf:use after free (read)*8 bytes inside the 64-byte object:free"
   "sized-uaf:use after free (write)*8 bytes inside the 64-byte object:sized"
   "bulk-uaf:use after free (write)*8 bytes inside the 64-byte object:bulk"
   "cache-uaf:use after free (write)*8 bytes inside the 64-byte object:cache"
