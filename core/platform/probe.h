@@ -13,13 +13,22 @@
 // heap profiler samples (core/prof: weight is the bytes it stands for, bytes / (1 - exp(-bytes /
 // prof_sample)); class is the size or cache class, 0 for large and huge), and prof_free with the
 // same arguments when it is freed.
+// Beside them, the OpenTelemetry eBPF profiler's allocator contract (its design doc 00003,
+// "memory profiling"): provider otel_memory, alloc (address, size, weight) on each sampled
+// allocation, the weight being the unbiased bytes it stands for, and free (address) when a
+// sampled one is freed; USLAB_OTEL_ALLOC and USLAB_OTEL_FREE fire them where prof_sample and
+// prof_free fire, so only while the heap profiler samples (prof=true).
 #pragma once
 
 #if defined(__has_include) && __has_include(<sys/sdt.h>)
 #include <sys/sdt.h>
 #define USLAB_PROBE(name, a, b) STAP_PROBE2(uslab, name, a, b)
 #define USLAB_PROBE4(name, a, b, c, d) STAP_PROBE4(uslab, name, a, b, c, d)
+#define USLAB_OTEL_ALLOC(p, size, weight) STAP_PROBE3(otel_memory, alloc, p, size, weight)
+#define USLAB_OTEL_FREE(p) STAP_PROBE1(otel_memory, free, p)
 #else
 #define USLAB_PROBE(name, a, b) ((void)(a), (void)(b))
 #define USLAB_PROBE4(name, a, b, c, d) ((void)(a), (void)(b), (void)(c), (void)(d))
+#define USLAB_OTEL_ALLOC(p, size, weight) ((void)(p), (void)(size), (void)(weight))
+#define USLAB_OTEL_FREE(p) ((void)(p))
 #endif

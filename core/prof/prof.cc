@@ -242,6 +242,7 @@ double inverse_probability(size_t size) {
     }
   }
   USLAB_PROBE4(prof_sample, p, size, static_cast<uint64_t>(bytes), cls);
+  USLAB_OTEL_ALLOC(p, size, static_cast<uint64_t>(bytes));
 }
 
 // Forgets p's record, if any (backward-shift deletion keeps the probe runs whole).
@@ -263,6 +264,7 @@ void forget_locked(uintptr_t p) {
   if (st.cls >= kFirstCacheClass) g_cache_samples--;
   g_live_count--;
   USLAB_PROBE4(prof_free, p, r.size, static_cast<uint64_t>(r.bytes), st.cls);
+  USLAB_OTEL_FREE(p);
   for (size_t hole = s, j = (s + 1) & (g_live_cap - 1);; j = (j + 1) & (g_live_cap - 1)) {
     if (!g_live[j].p) {
       g_live[hole].p = 0;

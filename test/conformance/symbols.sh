@@ -35,6 +35,12 @@ for p in sheaf_refill sheaf_drain slab_grow slab_release page_purge large_alloc 
   total=$((total+1))
   grep -qx "$p" <<<"$probes" || { echo "missing USDT probe: $p"; fail=$((fail+1)); }
 done
+# The OpenTelemetry eBPF profiler's allocator probes: provider, name, argument count.
+otel=$(readelf -n "$lib" | awk '/Provider:/{p=$2} /Name:/{n=$2} /Arguments:/{print p ":" n ":" NF-1}')
+for p in otel_memory:alloc:3 otel_memory:free:1; do
+  total=$((total+1))
+  grep -qx "$p" <<<"$otel" || { echo "missing USDT probe (provider:name:arguments): $p"; fail=$((fail+1)); }
+done
 # Every glibc version the library's imports name, newest first.
 newest=$(objdump -T "$lib" | awk '/\*UND\*/' | grep -o 'GLIBC_2\.[0-9.]*' | sort -t. -k2,2n -k3,3n -u | tail -1)
 total=$((total+1))
