@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "core/heap.h"
+#include "include/uslab.h"
 #include "preload/export.h"
 
 using namespace uslab;
@@ -241,7 +242,7 @@ int ctl(const char* name, const Call& c) {
     }
     return c.read(c.writes() ? g_epoch : old);
   }
-  if (is("version")) return c.read_only(static_cast<const char*>("uslab-0.1.0"));
+  if (is("version")) return c.read_only(static_cast<const char*>("uslab-" USLAB_VERSION));
   if (strncmp(name, "prof.", 5) == 0 || strncmp(name, "opt.prof", 8) == 0 ||
       is("opt.lg_prof_sample"))
     if (int r = prof_ctl(name, c); r >= 0) return r;

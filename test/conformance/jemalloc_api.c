@@ -144,7 +144,8 @@ static void test_mallctl(void) {
   for (int i = 0; i < 1000; i++) free(objs[i]);
   const char *version = NULL;
   len = sizeof version;
-  CHECK(mallctl("version", &version, &len, NULL, 0) == 0 && version && strstr(version, "uslab"));
+  CHECK(mallctl("version", &version, &len, NULL, 0) == 0 && version &&
+        strcmp(version, "uslab-" USLAB_VERSION) == 0 && strcmp(uslab_version(), USLAB_VERSION) == 0);
   CHECK(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0) == 0);
   CHECK(mallctl("arena.0.purge", NULL, NULL, NULL, 0) == 0);
   CHECK(mallctl("no.such.name", NULL, NULL, NULL, 0) == ENOENT);

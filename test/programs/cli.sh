@@ -19,6 +19,13 @@ seq 1 20000 | awk '{print ($1 * 7919) % 10007, $1}' > "$work/data"
 
 lib=$("$uslab" path)
 check '[ "$lib" = "$USLAB_BUILD/libuslab.so" ] && [ -f "$lib" ]' "path prints the library ($lib)"
+# --version: the project's version, the library's file and SONAME agree with it.
+version=$("$uslab" --version)
+real=$(readlink -f "$lib")
+ver=${real##*libuslab.so.}
+soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+check '[ "$version" = "uslab $ver" ] && [ "$soname" = "libuslab.so.${ver%%.*}" ]' \
+  "--version ($version), the library file ($real) and its SONAME ($soname) agree"
 
 sort -n "$work/data" > "$work/plain.out"
 "$uslab" run -- sort -n "$work/data" > "$work/run.out" 2>"$work/run.err"
