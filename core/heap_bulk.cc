@@ -243,7 +243,8 @@ size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out) {
 
 void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
   // Runs of valid objects are freed in place; NULLs, guarded objects (freed by
-  // slab_object) and foreign pointers (reported) end a run. As in free_bulk, a freed run's slab is not trusted afterwards.
+  // slab_object) and foreign pointers (reported) end a run. As in free_bulk, a freed
+  // run's slab is not trusted afterwards.
   SlabRange slab;
   size_t run = 0;
   const bool poison = c->flags & kCachePoison;

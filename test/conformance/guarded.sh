@@ -48,8 +48,10 @@ for c in "${cases[@]}"; do
     free) check '[[ "$err" == *"freed by thread"*"free_site"*"main"* ]]' "$what: free stack (got: $err)";;
     deferred) check '[[ "$err" == *"freed by thread"*"deferred_free_site"*"main"* ]]' "$what: free stack (got: $err)";;
     sized|bulk|cache)
-      check '[[ "$err" == *"allocated by thread"*"${stacks}_alloc_site"*"freed by thread"* ]] || [[ $stacks == sized ]]' "$what: allocation stack through the $stacks call (got: $err)"
-      check '[[ "$err" == *"freed by thread"*"${stacks}_free_site"*"main"* ]]' "$what: free stack through the $stacks call (got: $err)";;
+      check '[[ "$err" == *"allocated by thread"*"${stacks}_alloc_site"*"freed by thread"* ]] ||
+             [[ $stacks == sized ]]' "$what: allocation stack through the $stacks call (got: $err)"
+      check '[[ "$err" == *"freed by thread"*"${stacks}_free_site"*"main"* ]]' \
+        "$what: free stack through the $stacks call (got: $err)";;
     alloc) check '[[ "$err" != *"freed by thread"* ]]' "$what: no free stack for a live object";;
   esac
 done
@@ -71,11 +73,15 @@ check '[ $rc -eq 0 ] && [[ "$out" != *"uslab:"* ]]' "fork: child and parent free
 # Every entry point takes part (aligned, sized delete of the wrong size, realloc,
 # bulk, object caches), with nothing reported but the destroyed cache's live object.
 out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" paths 2>&1); rc=$?
-check '[ $rc -eq 0 ] && [ $(echo "$out" | grep -c "uslab:") -eq 1 ] && [[ "$out" == *"cache '"'"'guarded-ctor'"'"' destroyed with 1 live objects"* ]]' "paths: served and freed guarded (rc=$rc, got: $out)"
+check '[ $rc -eq 0 ] && [ $(echo "$out" | grep -c "uslab:") -eq 1 ] &&
+       [[ "$out" == *"cache '"'"'guarded-ctor'"'"' destroyed with 1 live objects"* ]]' \
+  "paths: served and freed guarded (rc=$rc, got: $out)"
 # The same with the heap profiler sampling too (turned on first, at another mean):
 # all but one sample point in a million are still the guard's, from the first allocation.
-out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}prof=true,prof_sample=1m,prof_final=false,guard_sample=1 "$exe" paths 2>&1); rc=$?
-check '[ $rc -eq 0 ] && [[ "$out" == *"guarded paths:"*" 0 failed"* ]]' "paths with the profiler on: served and freed guarded (rc=$rc, got: $out)"
+out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}prof=true,prof_sample=1m,prof_final=false,guard_sample=1 \
+  "$exe" paths 2>&1); rc=$?
+check '[ $rc -eq 0 ] && [[ "$out" == *"guarded paths:"*" 0 failed"* ]]' \
+  "paths with the profiler on: served and freed guarded (rc=$rc, got: $out)"
 # No error: nothing reported.
 out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" ok 2>&1); rc=$?
 check '[ $rc -eq 0 ] && [[ "$out" != *"uslab:"* ]]' "ok: no report (rc=$rc, got: $out)"
