@@ -225,8 +225,16 @@ static void test_purge_names(void) {
   peak_and_free();
   peak = rss_kib();
   CHECK(mallctl("arena.1.decay", NULL, NULL, NULL, 0) == 0);
-  struct timespec ms = {0, 2000000};
-  nanosleep(&ms, NULL); /* pages freed within the coarse clock's last jiffy age by then */
+  /* Pages freed within the coarse clock's last tick age once it ticks again: two of
+   * its ticks, 4 ms each where the kernel runs at 250 Hz as Debian's does (the 2 ms
+   * slept before is shorter than one there; the emulated guest once kept 6800 KiB). */
+  struct timespec res = {0, 1000000}, ms;
+  clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+  long ns = 2 * (res.tv_sec * 1000000000L + res.tv_nsec);
+  if (ns < 2000000) ns = 2000000;
+  ms.tv_sec = ns / 1000000000L;
+  ms.tv_nsec = ns % 1000000000L;
+  nanosleep(&ms, NULL);
   CHECK(mallctl("arena.0.decay", NULL, NULL, NULL, 0) == 0);
   after = rss_kib();
   printf("jemalloc_api: arena.<i>.decay with dirty_decay_ms 0: RSS %ld -> %ld KiB\n", peak, after);
