@@ -111,11 +111,15 @@ Segment* segment_resize_huge(Segment* seg, size_t bytes, bool may_move) {
       os::unmap(to, total);
       return nullptr;
     }
+    // The old entry goes before the move: once the pages have moved, another thread
+    // may map a segment at the old address and set the same entry, which a clear
+    // after the move wiped (its object's free was then reported as invalid).
+    PageMap::clear(span->start);
     if (!os::remap_to(seg, old_total, total, to)) {
-      os::unmap_if_unclaimed(to, total);  // the failed mremap may have unmapped it
+      PageMap::set(span->start, span);  // a failed mremap leaves the old mapping
+      os::unmap_if_unclaimed(to, total);  // and may have unmapped the new one
       return nullptr;
     }
-    PageMap::clear(span->start);
     seg = reinterpret_cast<Segment*>(to);  // its header moved with the pages
     span->start = to + offset;
     span->segment = seg;
