@@ -117,8 +117,14 @@ bool in_libc_text(uintptr_t addr) { return in(libc_, nlibc_, addr); }
 
 ThreadVeto helper_thread_veto() {
   if (!ready_) return ThreadVeto::kNotReady;
-  uintptr_t ret = first_foreign_return();
-  if (ret == 0 || in_libc_text(ret)) return ThreadVeto::kLibcCaller;
+  if (libc::static_binary()) {
+    // One object holds libc and the program: the lock itself says whether this call
+    // could come from under it (a held lock, ours or another thread's, waits a call).
+    if (!libc::stack_cache_lock_free()) return ThreadVeto::kLibcCaller;
+  } else {
+    uintptr_t ret = first_foreign_return();
+    if (ret == 0 || in_libc_text(ret)) return ThreadVeto::kLibcCaller;
+  }
   if (seccomp_filtered()) return ThreadVeto::kSeccomp;
   return ThreadVeto::kNone;
 }

@@ -11,7 +11,10 @@
 // stress). So a thread is started only from a call whose first caller outside
 // libuslab is not libc, libpthread or the dynamic linker. That caller is found by
 // following libuslab's own frames (it is built with frame pointers) up to the first
-// return address outside its text; no frame of the caller is ever read. A process
+// return address outside its text; no frame of the caller is ever read. In a static
+// binary (libuslab.a), where libc, the program and uslab are one object, the test is
+// the lock itself: no thread is started while glibc's stack-cache lock is held (by
+// anyone), and none at all where the lock cannot be read (glibc before 2.34). A process
 // under a seccomp filter starts no thread: a filter may kill the process on clone
 // (OpenSSH's sandbox does), and the kernel does not say which calls a filter allows.
 //

@@ -75,6 +75,32 @@ void set_specific(pthread_key_t key, const void* value) {
   if (key != kNoKey && USLAB_PRESENT(pthread_setspecific)) pthread_setspecific(key, value);
 }
 
+#if USLAB_STATIC_ARCHIVE
+// A static binary has no dynamic loader of its own: glibc's static dlopen would load
+// a second, shared libc under the program (hwloc's), so nothing is loaded at all.
+void* dl_open(const char*, int) { return nullptr; }
+
+USLAB_STARTUP_TEXT void* dl_sym(void*, const char*) { return nullptr; }
+
+bool static_binary() { return true; }
+
+}  // namespace uslab::libc
+
+// glibc's lll_lock word: 0 when free. Weak: linked where pthread_create is (always,
+// with libuslab.a), absent before glibc 2.34, whose lock was libpthread's own.
+extern "C" int _dl_stack_cache_lock __attribute__((weak));
+
+namespace uslab::libc {
+
+bool stack_cache_lock_free() {
+  return &_dl_stack_cache_lock != nullptr &&
+         __atomic_load_n(&_dl_stack_cache_lock, __ATOMIC_RELAXED) == 0;
+}
+#else
+bool static_binary() { return false; }
+
+bool stack_cache_lock_free() { return false; }
+
 void* dl_open(const char* file, int mode) {
   return USLAB_PRESENT(dlopen) ? dlopen(file, mode) : nullptr;
 }
@@ -82,5 +108,6 @@ void* dl_open(const char* file, int mode) {
 USLAB_STARTUP_TEXT void* dl_sym(void* handle, const char* name) {
   return USLAB_PRESENT(dlsym) ? dlsym(handle, name) : nullptr;
 }
+#endif
 
 }  // namespace uslab::libc

@@ -21,6 +21,12 @@
 // interceptors of pthread_create are unversioned definitions, which a versioned
 // reference would pass by.
 //
+// libuslab.a (USLAB_STATIC_ARCHIVE, for static binaries) calls the pthread functions
+// as declared too: a static link resolves no versioned name, and leaves a weak
+// reference null unless the program happens to link the function itself (uslab's
+// background thread and thread-exit hook were missing). Its dl_open and dl_sym find
+// nothing.
+//
 // Locking: none; each call is the libc function's.
 #pragma once
 
@@ -42,8 +48,16 @@ int signal_mask(int how, const sigset_t* set, sigset_t* old);
 constexpr pthread_key_t kNoKey = ~pthread_key_t{0};
 int key_create(pthread_key_t* key, void (*destructor)(void*));
 void set_specific(pthread_key_t key, const void* value);
-// dlopen / dlsym; nullptr where libdl is not loaded (before glibc 2.34).
+// dlopen / dlsym; nullptr where libdl is not loaded (before glibc 2.34), and in a
+// static binary.
 void* dl_open(const char* file, int mode);
 void* dl_sym(void* handle, const char* name);
+
+// Whether this is libuslab.a, linked into a static binary, where libc's code and the
+// program's are one object and helper_thread.h cannot tell callers apart by object.
+bool static_binary();
+// In a static binary: whether glibc's stack-cache lock (_dl_stack_cache_lock, a
+// global there from glibc 2.34) is free now; false where the binary has none.
+bool stack_cache_lock_free();
 
 }  // namespace uslab::libc

@@ -50,6 +50,10 @@ bool resolve(void* lib, const char* name, F* fn) {
 }
 
 bool open_hwloc(Hwloc* h, char* why, size_t cap) {
+  if (libc::static_binary()) {
+    os::format(why, cap, "a static binary loads no libhwloc.so.15");
+    return false;
+  }
   void* lib = libc::dl_open("libhwloc.so.15", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     os::format(why, cap, "libhwloc.so.15 not found (Debian package libhwloc15)");

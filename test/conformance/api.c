@@ -21,8 +21,17 @@ struct mallinfo2 mallinfo2(void) __attribute__((weak));  /* resolved in the prel
 #endif
 
 /* C23; glibc 2.36 lacks them, so they are looked up at run time (uslab's). */
-static void (*free_sized)(void *, size_t);
-static void (*free_aligned_sized)(void *, size_t, size_t);
+static void (*free_sized_fn)(void *, size_t);
+static void (*free_aligned_sized_fn)(void *, size_t, size_t);
+#ifdef USLAB_TEST_STATIC
+/* Declared by no header of glibc 2.36: the static build takes their addresses. */
+void free_sized(void *, size_t);
+void free_aligned_sized(void *, size_t, size_t);
+void *__libc_malloc(size_t), __libc_free(void *), *__libc_calloc(size_t, size_t);
+void *__libc_realloc(void *, size_t), *__libc_memalign(size_t, size_t);
+void *__libc_valloc(size_t), *__libc_pvalloc(size_t);
+int __posix_memalign(void **, size_t, size_t);
+#endif
 
 static int is_aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
@@ -232,14 +241,14 @@ static void test_alignment(void) {
 }
 
 static void test_sized_frees_and_extras(void) {
-  free_sized = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
-  free_aligned_sized = (void (*)(void *, size_t, size_t))dlsym(RTLD_DEFAULT, "free_aligned_sized");
-  CHECK(free_sized && free_aligned_sized);
-  if (!free_sized || !free_aligned_sized) return;
+  free_sized_fn = (void (*)(void *, size_t))USLAB_TEST_SYMBOL(free_sized);
+  free_aligned_sized_fn = (void (*)(void *, size_t, size_t))USLAB_TEST_SYMBOL(free_aligned_sized);
+  CHECK(free_sized_fn && free_aligned_sized_fn);
+  if (!free_sized_fn || !free_aligned_sized_fn) return;
   void *p = malloc(100);
-  free_sized(p, 100);
+  free_sized_fn(p, 100);
   void *q = aligned_alloc(256, 512);
-  free_aligned_sized(q, 256, 512);
+  free_aligned_sized_fn(q, 256, 512);
   struct mallinfo2 before = mallinfo2();
   void *big = malloc(10 << 20);
   memset(big, 1, 10 << 20);
@@ -258,14 +267,20 @@ static void test_really_interposed(void) {
   for (int i = 0; i < 1000; i++) ps[i] = malloc(100 + i);
   for (int i = 0; i < 1000; i++) free(ps[i]);
   CHECK(sbrk(0) == brk_before);
-  const char *names[] = {"malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
-                         "aligned_alloc", "memalign", "valloc", "pvalloc", "malloc_usable_size",
-                         "__libc_malloc", "__libc_free", "__libc_calloc", "__libc_realloc",
-                         "__libc_memalign", "__libc_valloc", "__libc_pvalloc",
-                         "__posix_memalign", "malloc_trim", "mallinfo2", "free_sized"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    int ok = symbol_is_uslab(dlsym(RTLD_DEFAULT, names[i]));
-    if (!ok) fprintf(stderr, "  %s does not resolve to libuslab\n", names[i]);
+#define SYM(name) {#name, USLAB_TEST_SYMBOL(name)}
+  const struct {
+    const char *name;
+    void *fn;
+  } syms[] = {SYM(malloc), SYM(free), SYM(calloc), SYM(realloc), SYM(reallocarray),
+              SYM(posix_memalign), SYM(aligned_alloc), SYM(memalign), SYM(valloc),
+              SYM(pvalloc), SYM(malloc_usable_size), SYM(__libc_malloc), SYM(__libc_free),
+              SYM(__libc_calloc), SYM(__libc_realloc), SYM(__libc_memalign),
+              SYM(__libc_valloc), SYM(__libc_pvalloc), SYM(__posix_memalign),
+              SYM(malloc_trim), SYM(mallinfo2), SYM(free_sized)};
+#undef SYM
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    int ok = symbol_is_uslab(syms[i].fn);
+    if (!ok) fprintf(stderr, "  %s does not resolve to libuslab\n", syms[i].name);
     CHECK(ok);
   }
 }

@@ -99,7 +99,8 @@ enum { kMaxObjects = 250000 };
 
 /* uslab's own metadata in KiB, from its statistics (0 when it is not preloaded). */
 static long metadata_kib(void) {
-  int (*get)(uslab_stats_t *, size_t) = (int (*)(uslab_stats_t *, size_t))dlsym(RTLD_DEFAULT, "uslab_stats_get");
+  int (*get)(uslab_stats_t *, size_t) =
+      (int (*)(uslab_stats_t *, size_t))USLAB_TEST_SYMBOL(uslab_stats_get);
   uslab_stats_t s;
   return get && get(&s, sizeof s) == 0 ? (long)(s.metadata >> 10) : 0;
 }
@@ -107,7 +108,8 @@ static long metadata_kib(void) {
 /* On a failure: where the memory is. uslab's own view (its statistics), and the
  * process's mappings with the most resident memory (smaps), biggest first. */
 static void explain_rss(void) {
-  int (*get)(uslab_stats_t *, size_t) = (int (*)(uslab_stats_t *, size_t))dlsym(RTLD_DEFAULT, "uslab_stats_get");
+  int (*get)(uslab_stats_t *, size_t) =
+      (int (*)(uslab_stats_t *, size_t))USLAB_TEST_SYMBOL(uslab_stats_get);
   uslab_stats_t s;
   if (get && get(&s, sizeof s) == 0)
     printf("idle_return: uslab says resident %zu KiB (mapped %zu, metadata %zu, cached %zu), "
