@@ -2,8 +2,8 @@
 // and zeroed allocation, realloc, pointer validation (pointers with no uslab span go
 // to core/foreign.h), the heap profiler's marks on sampled spans (core/prof), trim,
 // the decay and background settings, and the library's start. Bulk allocation and
-// object caches: heap_bulk.cc; statistics and reports: heap_stats.cc; fork:
-// heap_fork.cc.
+// object caches: heap_bulk.cc; statistics: heap_stats.cc; reports: heap_report.cc
+// and heap_stats_json.cc; fork: heap_fork.cc.
 // Locking: none of its own; see heap.h and the allocator layer.
 #include "core/heap.h"
 

@@ -215,6 +215,9 @@ unsigned cpus_in_use();
 
 // Writes the slabinfo-style table through `write` (no allocation).
 void stats_print(void (*write)(void* opaque, const char* text), void* opaque);
+// The same numbers as one JSON document (docs/STATS.md; no allocation).
+void stats_print_json(void (*write)(void* opaque, const char* text), void* opaque);
+// The table, or the JSON document with USLAB_STATS=json, on the report descriptor.
 void stats_print_stderr();
 // What the topology providers see and what uslab uses (uslab_topology_print, `uslab
 // topology`). Loads hwloc: not for use inside an allocation.
@@ -223,7 +226,7 @@ void topology_print(void (*write)(void* opaque, const char* text), void* opaque)
 // Reads the configuration and, when a report at exit is asked for, keeps a duplicate
 // of stderr for it (called once from the library's constructor).
 void init();
-// Whether USLAB_STATS / stats=1 asked for a report at exit.
+// Whether USLAB_STATS / stats=1 (or =json) asked for a report at exit.
 bool stats_at_exit();
 
 // The system page (valloc/pvalloc alignment), and uslab's own (large objects are

@@ -24,6 +24,14 @@ const char* uslab_version(void);
  * Allocates nothing, so it may be called from a signal-free context at any time. */
 void uslab_stats_print(void (*write_cb)(void* opaque, const char* text), void* opaque);
 
+/* The same statistics as one JSON document (its schema: docs/STATS.md), written
+ * through write_cb in pieces; allocates nothing. */
+void uslab_stats_print_json(void (*write_cb)(void* opaque, const char* text), void* opaque);
+/* The JSON document in buf, cut at size - 1 bytes and NUL-terminated (when size > 0);
+ * returns the document's whole length, as snprintf does: a result >= size means buf
+ * was too small. */
+size_t uslab_stats_json(char* buf, size_t size);
+
 /* Numbers for programs (the same the statistics table prints). */
 typedef struct uslab_stats {
   size_t allocated;        /* bytes in live objects */

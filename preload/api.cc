@@ -16,6 +16,26 @@ USLAB_EXPORT void uslab_stats_print(void (*write_cb)(void*, const char*), void* 
   uslab::heap::stats_print(write_cb, opaque);
 }
 
+USLAB_EXPORT void uslab_stats_print_json(void (*write_cb)(void*, const char*), void* opaque) {
+  uslab::heap::stats_print_json(write_cb, opaque);
+}
+
+USLAB_EXPORT size_t uslab_stats_json(char* buf, size_t size) {
+  struct Out {
+    char* buf;
+    size_t size, len;
+  } out{buf, size, 0};
+  uslab::heap::stats_print_json(
+      [](void* o, const char* text) {
+        auto& d = *static_cast<Out*>(o);
+        for (; *text; text++, d.len++)
+          if (d.len + 1 < d.size) d.buf[d.len] = *text;
+      },
+      &out);
+  if (size) buf[out.len < size ? out.len : size - 1] = 0;
+  return out.len;
+}
+
 USLAB_EXPORT void uslab_topology_print(void (*write_cb)(void*, const char*), void* opaque) {
   uslab::heap::topology_print(write_cb, opaque);
 }

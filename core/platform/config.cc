@@ -40,6 +40,12 @@ bool parse_bool(const char* v, size_t n, bool* out) {
   return false;
 }
 
+// stats / USLAB_STATS: a boolean, or json (the report at exit as JSON).
+bool parse_stats(const char* v, size_t n, Config* cfg) {
+  cfg->stats_json = key_is(v, n, "json");
+  return cfg->stats_json ? (cfg->stats_at_exit = true) : parse_bool(v, n, &cfg->stats_at_exit);
+}
+
 bool parse_u64(const char* v, size_t n, uint64_t* out) {
   if (n == 0 || n > 18) return false;
   uint64_t x = 0;
@@ -140,7 +146,7 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_u64(v, vlen, &n) && n <= 4096;
     if (ok) cfg.percpu_cpus = n;
   } else if (key_is(k, klen, "stats")) {
-    ok = parse_bool(v, vlen, &cfg.stats_at_exit);
+    ok = parse_stats(v, vlen, &cfg);
   } else if (key_is(k, klen, "decay_ms")) {
     ok = parse_u64(v, vlen, &cfg.decay_ms);
   } else if (key_is(k, klen, "membarrier")) {
@@ -300,7 +306,7 @@ USLAB_STARTUP_TEXT void config_init() {
     }
   }
   if (conf) config_parse(cfg, conf, "USLAB_CONF");
-  if (stats && !parse_bool(stats, strlen(stats), &cfg.stats_at_exit))
+  if (stats && !parse_stats(stats, strlen(stats), &cfg))
     os::print_stderr("uslab: USLAB_STATS: bad value '%s', using the default\n", stats);
   if (cfg.poison) cfg.percpu = cfg.tcache = false;  // every object through its slab
   g_config = cfg;

@@ -32,6 +32,7 @@ struct Config {
   uint64_t shard_cpus = 0;       // CPUs per shard (depots, slab lists, page heap; 0: 1)
   uint64_t percpu_cpus = 0;      // sheaves for CPU ids below this (0: all possible CPUs)
   bool stats_at_exit = false;    // print the stats table on stderr at exit
+  bool stats_json = false;       // ... as JSON (stats=json)
   uint64_t decay_ms = 10000;     // memory the program frees goes back to the OS within this
   bool membarrier = true;        // writers fence readers with membarrier (false: readers fence)
   // The background thread (core/alloc/background.h), which returns memory and frees

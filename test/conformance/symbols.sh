@@ -11,6 +11,7 @@ want="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memal
 malloc_usable_size cfree __libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign
 __libc_valloc __libc_pvalloc __posix_memalign malloc_trim mallinfo mallinfo2 malloc_stats
 malloc_info mallopt free_sized free_aligned_sized uslab_version uslab_stats_print uslab_trim
+uslab_stats_print_json uslab_stats_json
 uslab_cache_create uslab_cache_alloc uslab_cache_free uslab_cache_alloc_bulk uslab_cache_free_bulk
 uslab_cache_destroy uslab_alloc_bulk uslab_free_bulk mallocx rallocx xallocx sallocx dallocx
 sdallocx nallocx mallctl uslab_stats_get uslab_read_lock uslab_read_unlock uslab_free_deferred

@@ -37,6 +37,11 @@ check 'cmp -s "$work/plain.out" "$work/je.out"' "run --allocator jemalloc works"
 check 'cmp -s "$work/plain.out" "$work/stats.out"' "stats: output unchanged"
 check 'grep -q "^uslab stats (mode: " "$work/stats.err"' "stats: table on stderr ($(head -c 300 "$work/stats.err"))"
 check 'grep -q "^cached: " "$work/stats.err"' "stats: totals printed"
+"$uslab" stats --json -- sort -n "$work/data" > "$work/json.out" 2>"$work/json.err"
+check 'cmp -s "$work/plain.out" "$work/json.out"' "stats --json: output unchanged"
+is_doc='import json, sys; d = json.load(open(sys.argv[1])); assert d["schema"] == 1 and d["classes"]'
+check 'python3 -c "$is_doc" "$work/json.err"' \
+  "stats --json: one JSON document with class rows on stderr ($(head -c 200 "$work/json.err"))"
 # run keeps the preload for the whole process tree; --no-children for the top only.
 tree=$("$uslab" run -- sh -c 'grep -c libuslab /proc/$$/maps; sh -c "grep -c libuslab /proc/\$\$/maps"')
 check '[ "$(echo "$tree" | sed -n 1p)" -gt 0 ] && [ "$(echo "$tree" | sed -n 2p)" -gt 0 ]' \
