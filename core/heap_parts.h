@@ -33,9 +33,20 @@ struct CacheRow {
   bool destroyed;
 };
 
+// Objects of each class held in the caches in front of the slabs (racy sums, no
+// lock): stats() and StatsView read them.
+struct CachedCounts {
+  size_t thread[kMaxClasses];
+  size_t ncaches;
+  PerCpuClassStats cpu[kMaxClasses];
+  DepotStats depot[kMaxClasses];
+  uint64_t hits[kMaxClasses];  // of the CPU sheaves and the thread caches
+  CachedCounts();
+  size_t total(unsigned c) const { return thread[c] + cpu[c].cpu_objects + depot[c].objects; }
+};
+
 // What both reports (the table, heap_report.cc; JSON, heap_stats_json.cc) print per
-// class and per cache: the caches' counts read once (racy sums, no lock), the rows
-// made from them.
+// class and per cache: the caches' counts read once, the rows made from them.
 class StatsView {
  public:
   StatsView();
@@ -43,15 +54,10 @@ class StatsView {
   bool class_row(unsigned c, ClassRow* row) const;
   CacheRow cache_row(const ObjCache* c) const;
   const DeferredStats& deferred() const { return deferred_; }
-  size_t thread_caches() const { return ncaches_; }
+  size_t thread_caches() const { return cached_.ncaches; }
 
  private:
-  size_t cached(unsigned c) const { return thread_[c] + cpu_[c].cpu_objects + depot_[c].objects; }
-  size_t thread_[kMaxClasses];
-  size_t ncaches_;
-  PerCpuClassStats cpu_[kMaxClasses];
-  DepotStats depot_[kMaxClasses];
-  uint64_t hits_[kMaxClasses];  // of the CPU sheaves and the thread caches
+  CachedCounts cached_;
   size_t deferred_by_class_[kMaxClasses];
   DeferredStats deferred_;
 };

@@ -8,26 +8,28 @@
 
 namespace uslab::heap {
 
-StatsView::StatsView() {
-  thread_cache_counts(thread_, &ncaches_);
-  percpu_class_stats(cpu_);
-  thread_cache_hits(hits_);
+CachedCounts::CachedCounts() {
+  thread_cache_counts(thread, &ncaches);
+  percpu_class_stats(cpu);
+  thread_cache_hits(hits);
   for (unsigned c = 1; c < kMaxClasses; c++) {
-    depot_[c] = depot_stats(c);
-    hits_[c] += cpu_[c].hits;
+    depot[c] = depot_stats(c);
+    hits[c] += cpu[c].hits;
   }
-  deferred_ = deferred_stats(deferred_by_class_);
 }
+
+StatsView::StatsView() { deferred_ = deferred_stats(deferred_by_class_); }
 
 bool StatsView::class_row(unsigned c, ClassRow* r) const {
   CentralStats cs = central_stats(c);
   if (cs.slabs == 0 && cs.batches_out == 0) return false;
-  size_t used = cs.objects - cs.free_objects;
-  const DepotStats& dp = depot_[c];
+  size_t used = cs.objects - cs.free_objects, held = cached_.total(c);
+  const DepotStats& dp = cached_.depot[c];
   *r = ClassRow{c, static_cast<unsigned>(class_size(c)), cs.slabs, cs.objects,
-                used > cached(c) ? used - cached(c) : 0, cpu_[c].cpu_objects, dp.objects,
-                thread_[c], cs.free_objects, static_cast<size_t>(hits_[c]),
-                static_cast<size_t>(cpu_[c].refills), static_cast<size_t>(cpu_[c].drains),
+                used > held ? used - held : 0, cached_.cpu[c].cpu_objects, dp.objects,
+                cached_.thread[c], cs.free_objects, static_cast<size_t>(cached_.hits[c]),
+                static_cast<size_t>(cached_.cpu[c].refills),
+                static_cast<size_t>(cached_.cpu[c].drains),
                 static_cast<size_t>(dp.hits), static_cast<size_t>(cs.batches_out),
                 static_cast<size_t>(cs.batches_in), deferred_by_class_[c],
                 static_cast<size_t>(dp.remote + cs.remote)};
@@ -36,8 +38,8 @@ bool StatsView::class_row(unsigned c, ClassRow* r) const {
 
 CacheRow StatsView::cache_row(const ObjCache* c) const {
   CentralStats cs = central_stats(c->cls);
-  size_t used = cs.objects - cs.free_objects;
-  size_t active = used > cached(c->cls) ? used - cached(c->cls) : 0;
+  size_t used = cs.objects - cs.free_objects, held = cached_.total(c->cls);
+  size_t active = used > held ? used - held : 0;
   active += guard::live_in_class(c->cls);  // served from guarded slots
   return CacheRow{c->name, c->size,      c->align, cs.slabs, cs.objects,
                   active,  deferred_by_class_[c->cls], c->retired};
@@ -60,24 +62,20 @@ unsigned background_number(BackgroundState s) {
 
 Stats stats() {
   Stats st{};
-  size_t thread[kMaxClasses];
-  PerCpuClassStats cpu[kMaxClasses];
-  thread_cache_counts(thread, &st.thread_caches);
-  percpu_class_stats(cpu);
+  CachedCounts cached;
   RemoteNodeStats rs;
   percpu_remote_stats(&rs);
+  st.thread_caches = cached.ncaches;
   for (unsigned c = 1; c < kMaxClasses; c++) {
     CentralStats cs = central_stats(c);
-    const size_t depot = depot_stats(c).objects;
     size_t live = cs.objects - cs.free_objects;
-    // Free, in caches and buffers:
-    const size_t held = thread[c] + cpu[c].cpu_objects + depot + rs.pending_by_class[c];
+    const size_t held = cached.total(c) + rs.pending_by_class[c];  // free, in caches and buffers
     live = live > held ? live - held : 0;
     st.small_slab_bytes += cs.slabs * class_info(c).slab_pages * kPageSize;
     st.small_allocated += live * class_size(c);
-    st.thread_cached += thread[c] * class_size(c);
-    st.cpu_cached += (cpu[c].cpu_objects + rs.pending_by_class[c]) * class_size(c);
-    st.depot_cached += depot * class_size(c);
+    st.thread_cached += cached.thread[c] * class_size(c);
+    st.cpu_cached += (cached.cpu[c].cpu_objects + rs.pending_by_class[c]) * class_size(c);
+    st.depot_cached += cached.depot[c].objects * class_size(c);
   }
   PageHeapStats ph = page_heap_stats();
   st.huge_count = g_huge_count.load(std::memory_order_relaxed);

@@ -113,7 +113,7 @@ Segment* segment_resize_huge(Segment* seg, size_t bytes, bool may_move) {
     }
     // The old entry goes before the move: once the pages have moved, another thread
     // may map a segment at the old address and set the same entry, which a clear
-    // after the move wiped (its object's free was then reported as invalid).
+    // after the move would wipe (that object's free then looks invalid).
     PageMap::clear(span->start);
     if (!os::remap_to(seg, old_total, total, to)) {
       PageMap::set(span->start, span);  // a failed mremap leaves the old mapping

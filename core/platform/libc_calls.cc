@@ -42,6 +42,12 @@ __asm__(".symver dlsym, dlsym@" USLAB_GLIBC_FIRST);
 #define USLAB_PRESENT(fn) true
 #endif
 
+#if USLAB_STATIC_ARCHIVE
+// glibc's lll_lock word: 0 when free. Weak: linked where pthread_create is (always,
+// with libuslab.a), absent before glibc 2.34, whose lock was libpthread's own.
+extern "C" int _dl_stack_cache_lock __attribute__((weak));
+#endif
+
 namespace uslab::libc {
 
 int thread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) {
@@ -83,14 +89,6 @@ void* dl_open(const char*, int) { return nullptr; }
 USLAB_STARTUP_TEXT void* dl_sym(void*, const char*) { return nullptr; }
 
 bool static_binary() { return true; }
-
-}  // namespace uslab::libc
-
-// glibc's lll_lock word: 0 when free. Weak: linked where pthread_create is (always,
-// with libuslab.a), absent before glibc 2.34, whose lock was libpthread's own.
-extern "C" int _dl_stack_cache_lock __attribute__((weak));
-
-namespace uslab::libc {
 
 bool stack_cache_lock_free() {
   return &_dl_stack_cache_lock != nullptr &&

@@ -3,7 +3,8 @@
 //
 // Owns: the bindings of pthread_create, pthread_attr_setstacksize,
 // pthread_setname_np, pthread_sigmask, pthread_key_create, pthread_setspecific,
-// dlopen and dlsym, and what uslab does where one is missing.
+// dlopen and dlsym, and what uslab does where one is missing; in libuslab.a, whether
+// the process is a static binary and whether glibc's stack-cache lock is free.
 //
 // Why: linked on a glibc of 2.34 or later, a call to these binds to the version
 // that moved them (GLIBC_2.34, pthread_sigmask GLIBC_2.32), and an older glibc
@@ -23,9 +24,9 @@
 //
 // libuslab.a (USLAB_STATIC_ARCHIVE, for static binaries) calls the pthread functions
 // as declared too: a static link resolves no versioned name, and leaves a weak
-// reference null unless the program happens to link the function itself (uslab's
-// background thread and thread-exit hook were missing). Its dl_open and dl_sym find
-// nothing.
+// reference null unless the program happens to link the function itself (which
+// would leave uslab without its background thread and thread-exit hook). Its dl_open
+// and dl_sym find nothing.
 //
 // Locking: none; each call is the libc function's.
 #pragma once

@@ -4,10 +4,9 @@
 # -Wl,--whole-archive -luslab -Wl,--no-whole-archive. Built from the project's own
 # tests with USLAB_TEST_STATIC (test/common/check.h): the C API conformance test,
 # the C++ operator test, the threads stress test under a signal storm, memory coming
-# back after a peak with no further call (uslab's background thread, which a static
-# binary started only if it linked pthread_create itself before libuslab.a called it
-# unversioned), and a program that calls malloc only through libc (strdup, fopen,
-# asprintf).
+# back after a peak with no further call (uslab's background thread, which needs
+# pthread_create linked in), and a program that calls malloc only through libc
+# (strdup, fopen, asprintf).
 # Each binary must hold none of glibc's malloc (its _int_malloc), pass its checks,
 # and print uslab's table at exit with USLAB_STATS=1.
 set -u

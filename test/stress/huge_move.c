@@ -2,11 +2,10 @@
  * and free huge objects. A realloc that cannot grow in place moves the pages with
  * mremap; the range it leaves is free at once, and another thread's next huge
  * object is often mapped there, with its page-map entry at the same address as the
- * moved object's old one. The mover cleared that entry only after the move, so now
- * and then it wiped the newcomer's: that object's free was reported as the free of an
- * invalid pointer and aborted (1 run of about 2000 of the threads test under a signal
- * storm; 2 of 3 runs of this test). Every object carries a pattern on its first and
- * last page, checked after each move and before each free.
+ * moved object's old one. A mover that clears that entry after the move wipes the
+ * newcomer's now and then, and that object's free aborts as the free of an invalid
+ * pointer (3 of 4 runs of this test). Every object carries a pattern on its first
+ * and last page, checked after each move and before each free.
  *
  * usage: huge_move [MOVES] */
 #include <pthread.h>
