@@ -132,15 +132,20 @@ static void test_constructor_contract(void) {
   CHECK(carved >= 500);
   unsigned long long guarded = guarded_so_far();
   for (int i = 0; i < 500; i++) uslab_cache_free(c, objs[i]);
-  for (int round = 0; round < 3; round++) {
+  enum { kRounds = 20 };
+  for (int round = 0; round < kRounds; round++) {
     CHECK(uslab_cache_alloc_bulk(c, 500, objs) == 500);
     for (int i = 0; i < 500; i++) CHECK(memcmp(objs[i], "constructed", 12) == 0);
     uslab_cache_free_bulk(c, 500, objs);
   }
-  /* Reused objects are not constructed again: only slabs carved anew (after empty
-   * ones went back to the page heap) add calls, far fewer than the 1500 allocations;
-   * and guarded objects (USLAB_CONF=guard_sample), constructed in their slots. */
-  CHECK(ctor_calls - carved - (int)(guarded_so_far() - guarded) < 750);
+  /* Reused objects are not constructed again. Calls beyond the first carving come
+   * from guarded objects (USLAB_CONF=guard_sample: each constructed in its slot) and
+   * from whole slabs carved anew, after empty ones went back to the page heap or while
+   * the thread moved between CPUs: a few slabs' worth, not one per allocation. With
+   * every object guarded (guard_sample=1) there is no reuse to check. */
+  int fresh = (int)(guarded_so_far() - guarded);
+  int reused = kRounds * 500 - fresh;
+  if (reused >= 500) CHECK(ctor_calls - carved - fresh < reused / 2);
   uslab_cache_destroy(c);
 }
 
