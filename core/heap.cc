@@ -386,6 +386,7 @@ USLAB_STARTUP_TEXT void init() {
   background_init();
   prof::init();
   guard::init();
+  live_init();
 }
 
 void die(const char* message) { os::fatal("uslab: %s\n", message); }

@@ -213,10 +213,13 @@ Stats stats();
 int mode();
 unsigned cpus_in_use();
 
-// Writes the slabinfo-style table through `write` (no allocation).
-void stats_print(void (*write)(void* opaque, const char* text), void* opaque);
+// Writes the slabinfo-style table through `write` (no allocation). `smaps`: the
+// process's bytes in huge pages read from smaps_rollup (the kernel walks every
+// mapping: the live snapshots leave it to their reader).
+void stats_print(void (*write)(void* opaque, const char* text), void* opaque, bool smaps = true);
 // The same numbers as one JSON document (docs/STATS.md; no allocation).
-void stats_print_json(void (*write)(void* opaque, const char* text), void* opaque);
+void stats_print_json(void (*write)(void* opaque, const char* text), void* opaque,
+                      bool smaps = true);
 // The table, or the JSON document with USLAB_STATS=json, on the report descriptor.
 void stats_print_stderr();
 // What the topology providers see and what uslab uses (uslab_topology_print, `uslab
@@ -241,6 +244,11 @@ constexpr size_t kPage = kPageSize;
 void fork_prepare();
 void fork_parent();
 void fork_child();
+
+// The live statistics region (heap_live.cc): made in the constructor, reset in a
+// forked child.
+void live_init();
+void live_fork_child();
 
 }  // namespace uslab::heap
 

@@ -58,6 +58,7 @@ void fork_child() {
   lock_order_reset();
   deferred_fork_child(!g_fork_interrupted);
   background_fork_child();
+  live_fork_child();
   if (g_fork_interrupted) return;
   t_locks_held = 0;  // the locks prepare took were reset above
   thread_cache_after_fork_child();

@@ -9,7 +9,7 @@
 
 namespace uslab::heap {
 
-void stats_print(void (*write)(void*, const char*), void* opaque) {
+void stats_print(void (*write)(void*, const char*), void* opaque, bool smaps) {
   char line[256];
   auto out = [&](const char* fmt, auto... args) {
     os::format(line, sizeof line, fmt, args...);
@@ -89,7 +89,9 @@ void stats_print(void (*write)(void*, const char*), void* opaque) {
       "OS, %zu metadata\n",
       st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
   char thp_bytes[32] = "unknown";
-  if (long b = os::thp_resident_bytes(); b >= 0)
+  if (!smaps)
+    os::format(thp_bytes, sizeof thp_bytes, "%s", "unread (live)");
+  else if (long b = os::thp_resident_bytes(); b >= 0)
     os::format(thp_bytes, sizeof thp_bytes, "%zu", static_cast<size_t>(b));
   out("huge pages (THP %s): %zu segments advised, %zu collapsed, %zu times a return took "
       "one off them, %zu free bytes kept inside them; %s bytes of the process in huge pages "

@@ -136,7 +136,7 @@ const char* thp_system_name(os::ThpMode m) {
 
 }  // namespace
 
-void stats_print_json(void (*write)(void*, const char*), void* opaque) {
+void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smaps) {
   config_init();
   percpu_decide();  // a process that never allocated still shows its mode
   StatsView view;
@@ -260,7 +260,24 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque) {
   j.num("free", st.free_bytes);
   j.num("dirty", st.dirty_bytes);
   j.num("returned", st.purged_bytes);
+  j.num("pending_return", decay_backlog().bytes);
   j.end_object();
+
+  j.begin_array("shards");
+  for_each_shard_used([&](unsigned sh) {
+    PageHeapStats ph = g_page_heap[sh].stats();
+    j.begin_object(nullptr);
+    j.num("shard", sh);
+    j.num("node", node_of_shard(sh));
+    j.num("segments", ph.segments);
+    j.num("mapped", ph.segments * kSegmentSize);
+    j.num("large", ph.large_bytes);
+    j.num("free", ph.free_bytes);
+    j.num("dirty", ph.dirty_bytes);
+    j.num("returned", ph.purged_bytes);
+    j.end_object();
+  });
+  j.end_array();
   j.num("huge_objects", st.huge_count);
 
   j.begin_object("thp");
@@ -270,7 +287,7 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque) {
   j.num("collapses", st.thp_collapses);
   j.num("splits", st.thp_splits);
   j.num("kept_bytes", st.thp_kept_bytes);
-  if (long b = os::thp_resident_bytes(); b >= 0)
+  if (long b = smaps ? os::thp_resident_bytes() : -1; b >= 0)
     j.num("process_bytes", static_cast<uint64_t>(b));
   else
     j.null("process_bytes");

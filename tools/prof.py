@@ -3,6 +3,7 @@
 
     uslab prof [--svg FILE] [--sample BYTES] [--dir DIR] [--top N] -- CMD...
     uslab prof --read FILE.pb [--totals] [--top N]
+    uslab prof --pid PID [--top N]
 
 Runs CMD with libuslab.so preloaded and USLAB_CONF=prof=true (its own USLAB_CONF
 settings kept), then reads the profile the command's process wrote at exit and prints
@@ -12,6 +13,8 @@ DIR (default: a new uslab-prof.* directory in the working directory): read them 
 `go tool pprof -top|-svg|-http=: CMD FILE.pb`, or draw the folded stacks with any
 flame-graph tool. --svg writes a flame graph of the bytes allocated. --read prints
 the tables of a profile already written (--totals: each sample type's total).
+--pid asks a running process started with prof=true for a profile now (through its
+live region, tools/live.py), and prints its tables.
 """
 import argparse
 import html
@@ -212,9 +215,18 @@ def main():
     ap.add_argument("--svg", help="write a flame graph of the bytes allocated to this file")
     ap.add_argument("--sample", help="mean bytes between samples (prof_sample; default 512k)")
     ap.add_argument("--dir", help="where the profile files go (default: a new uslab-prof.* here)")
+    ap.add_argument("--pid", type=int, help="a profile of this running process, now")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
+    if a.pid:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import live
+        try:
+            a.read = live.request_profile(a.pid)
+        except live.LiveError as e:
+            sys.exit("uslab prof: %s" % e)
+        print("profile of process %d: %s" % (a.pid, a.read))
     if a.read:
         samples = read_profile(a.read)
         if a.totals:

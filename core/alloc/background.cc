@@ -10,6 +10,7 @@ namespace uslab {
 
 constinit std::atomic<uint32_t> g_background_poke{0};
 constinit std::atomic<BackgroundState> g_background_state{BackgroundState::kIdle};
+const LiveHooks* g_live_hooks = nullptr;
 
 namespace {
 
@@ -34,6 +35,14 @@ bool configured() {
          static_cast<uint8_t>(Config::Background::kOff);
 }
 
+const LiveHooks* live_hooks() { return __atomic_load_n(&g_live_hooks, __ATOMIC_ACQUIRE); }
+
+// Writes the live statistics when a reader asked for them, or always (`now`).
+void publish_live(bool now) {
+  const LiveHooks* h = live_hooks();
+  if (h && (now || h->requested())) h->publish();
+}
+
 // Sleeps with no timeout unless the backlog shows work once the sleep is published.
 void sleep_until_woken() {
   // Every CPU sheaf closed (they hold nothing now): the next allocation or free
@@ -43,6 +52,7 @@ void sleep_until_woken() {
   g_background_poke.fetch_or(kPokeWake, std::memory_order_seq_cst);
   if (!decay_backlog().work) {
     sleeps_.fetch_add(1, std::memory_order_relaxed);
+    publish_live(true);  // exact until something wakes the thread
     while (sleep_word_.load(std::memory_order_acquire) == 1) os::futex_wait(futex_word(), 1);
     // The waker's work gets its first tick a full interval from now: the tick would
     // otherwise empty the sheaf of the class that has just refilled it.
@@ -69,6 +79,7 @@ void* thread_main(void*) {
     // Huge-page collapses queued a tick ago or more, whoever ran the tick (often an
     // allocation's slow path, in a busy program), are this thread's (page_heap.h).
     page_heap_collapse_all(os::now_ms() - decay_tick_ms());
+    publish_live(false);
     if (decay_backlog().work) {
       // Until the tick is due, by the coarse clock the tick reads (a few ms behind
       // the futex's): woken earlier, the thread would find it not due yet.
@@ -136,6 +147,10 @@ void background_want() {
   if (g_background_state.compare_exchange_strong(s, BackgroundState::kWanted,
                                                  std::memory_order_acq_rel))
     g_background_poke.fetch_or(kPokeStart, std::memory_order_release);
+}
+
+void background_want_live() {
+  if (__atomic_load_n(&g_live_hooks, __ATOMIC_ACQUIRE)) background_want();
 }
 
 void background_wake() {

@@ -5,17 +5,19 @@
 // sleep. With `auto` (the default) it is started lazily, at the first chance after
 // memory waits to be returned beyond kBackgroundStartBytes (a page heap's free
 // dirty pages, a freed huge block kept, a shard's free objects in its central
-// lists (central.h), or the backlog a decay tick sees): short
-// programs and programs that never free much get none, and a single-threaded program
-// stays single-threaded until then. `true` starts it in the library's constructor;
-// `false` never. A forked child has none until it too has memory to return.
+// lists (central.h), or the backlog a decay tick sees), or once the heap passes
+// kBackgroundLiveBytes: short programs and small ones that never free much get none,
+// and a single-threaded program stays single-threaded until then. `true` starts it
+// in the library's constructor; `false` never. A forked child has none until it too
+// has memory to return.
 //
 // The thread ("uslab-bg", every signal blocked) runs the decay tick (decay.h) on
 // time while the backlog holds anything, sleeping between ticks, so while memory is
 // pending it wakes at most once per tick; on each wake-up it also collapses the huge
 // pages queued a tick ago or more (page_heap.h), which no allocation does. With nothing left it closes the CPU
 // sheaves (so the next allocation or free anywhere misses) and sleeps on a futex
-// with no timeout: an idle process with nothing to give back gets no wake-ups. A slow
+// with no timeout: an idle process with nothing to give back gets no wake-ups. It
+// also writes the live statistics a reader outside the process asks for (LiveHooks). A slow
 // path that finds it asleep wakes it (background_poke, one load otherwise): every
 // sheaf miss, page-heap free, huge free, large call and deferred-free miss.
 //
@@ -41,6 +43,10 @@ namespace uslab {
 
 // Backlog at which `auto` starts the thread.
 constexpr size_t kBackgroundStartBytes = size_t{4} << 20;
+// Heap (segments mapped) at which `auto` starts it too, while the live statistics are
+// on (LiveHooks): a process this big is one worth watching, and the thread, asleep
+// while idle, is what keeps its figures readable then.
+constexpr size_t kBackgroundLiveBytes = size_t{64} << 20;
 
 enum class BackgroundState : uint32_t {
   kIdle,      // not started: nothing (enough) to give back yet, or background_thread=false
@@ -62,6 +68,8 @@ void background_init();
 void background_want();
 // Wakes the thread if it sleeps with no timeout (something to give back appeared).
 void background_wake();
+// The heap passed kBackgroundLiveBytes: background_want, if the live statistics are on.
+void background_want_live();
 
 // What the slow paths check on each call: bits of g_background_poke.
 constexpr uint32_t kPokeWake = 1;   // the thread sleeps with no timeout
@@ -106,5 +114,17 @@ void background_enable(bool on);
 
 // fork: the child has no thread (it starts one once it has memory to return).
 void background_fork_child();
+
+// The facade's live statistics (heap_live.cc), which this thread writes: `requested`
+// tells whether a reader outside the process asked for them (or for a profile) since
+// the last time; `publish` writes them. The thread publishes when asked, on each
+// wake-up, and before each sleep with no timeout (the figures then stay exact until
+// something wakes it). A tick that sees a request while there is no thread wants one
+// (background_thread=auto), as memory waiting to be returned would.
+struct LiveHooks {
+  bool (*requested)();
+  void (*publish)();
+};
+extern const LiveHooks* g_live_hooks;
 
 }  // namespace uslab

@@ -46,9 +46,12 @@ void run_tick(bool explicit_call) {
   huge_cache_purge(false);
   // A program whose caches, free pages and deferred frees hold this much gets the
   // thread even when no single heap crossed the mark (background_thread=auto).
+  // So does a reader's request for the live statistics, which the thread writes.
   if (background_state() == BackgroundState::kIdle) {
     const DecayHooks* h = hooks();
-    if (decay_backlog().bytes + (h ? h->pending_bytes() : 0) >= kBackgroundStartBytes)
+    const LiveHooks* live = __atomic_load_n(&g_live_hooks, __ATOMIC_ACQUIRE);
+    if (decay_backlog().bytes + (h ? h->pending_bytes() : 0) >= kBackgroundStartBytes ||
+        (live && live->requested()))
       background_want();
   }
 }

@@ -2,6 +2,7 @@
 // Locking: PageMap::lock_ serialises leaf creation; see segment.h.
 #include "core/alloc/segment.h"
 
+#include "core/alloc/background.h"
 #include "core/alloc/memory_limit.h"
 
 #include <cstring>
@@ -15,9 +16,13 @@ USLAB_LOCK_ONE(kPageMap, PageMap::lock());
 
 static std::atomic<size_t> g_segment_bytes{0};
 
-// Counts newly mapped segment bytes; the memory limit is decided on the way.
+// Counts newly mapped segment bytes; the memory limit is decided on the way, and a
+// heap crossing kBackgroundLiveBytes wants the background thread.
 static void add_mapped(size_t bytes) {
-  limit_note_mapped(g_segment_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  size_t mapped = g_segment_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  limit_note_mapped(mapped);
+  if (mapped >= kBackgroundLiveBytes && mapped - bytes < kBackgroundLiveBytes)
+    background_want_live();
 }
 
 bool PageMap::reserve(const void* base, size_t bytes) {

@@ -171,6 +171,8 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
       ok = false;
   } else if (key_is(k, klen, "memory_limit_hard")) {
     ok = parse_bool(v, vlen, &cfg.memory_limit_hard);
+  } else if (key_is(k, klen, "live_stats")) {
+    ok = parse_bool(v, vlen, &cfg.live_stats);
   } else if (key_is(k, klen, "thp")) {
     ok = parse_bool(v, vlen, &cfg.thp);
   } else if (key_is(k, klen, "poison")) {

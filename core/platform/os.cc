@@ -60,6 +60,17 @@ void* map(size_t bytes) {
   return failed(r) ? nullptr : reinterpret_cast<void*>(r);
 }
 
+void* map_named(const char* name, size_t bytes) {
+  long fd = syscall6(SYS_memfd_create, reinterpret_cast<long>(name), MFD_CLOEXEC);
+  if (fd < 0) return nullptr;
+  long r = syscall6(SYS_ftruncate, fd, static_cast<long>(bytes));
+  if (r == 0)
+    r = syscall6(SYS_mmap, 0, static_cast<long>(bytes), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+  syscall6(SYS_close, fd);
+  return r == 0 || failed(r) ? nullptr : reinterpret_cast<void*>(r);
+}
+
 void* map_metadata(size_t bytes) {
   void* p = map(bytes);
   if (p) advise_huge(p, bytes, false);

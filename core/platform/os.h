@@ -53,6 +53,11 @@ long syscall6(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 
 
 // Anonymous private read/write mapping; nullptr on failure.
 void* map(size_t bytes);
+// A private mapping of `bytes` of a new memfd called `name`, which /proc/PID/maps
+// shows ("/memfd:NAME (deleted)"): pages read as zero and cost nothing until
+// written. The descriptor is closed before it returns. nullptr on failure (no
+// memfd_create before Linux 3.17, or a seccomp filter).
+void* map_named(const char* name, size_t bytes);
 // A mapping for uslab's own metadata (descriptors, page-map leaves, CPU regions),
 // advised MADV_NOHUGEPAGE: under the system's THP setting "always", a touched page
 // of a mapping (or of neighbours the kernel merged it with) that spans an aligned

@@ -459,6 +459,12 @@ int dump(const char* path) {
   return write_now(buf, 0);
 }
 
+int dump_named(const char* kind, char* path, size_t cap) {
+  if (!g_enabled) return EINVAL;
+  dump_path(path, cap, kind);
+  return write_now(path, 0);
+}
+
 USLAB_STARTUP_TEXT void at_exit() {
   if (!g_enabled || !g_config.prof_final) return;
   dump_kind("final", 0);

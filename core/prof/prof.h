@@ -57,6 +57,9 @@ extern size_t g_cache_samples;
 // `path`, and the folded stacks beside it (path.inuse.folded, path.alloc.folded).
 // 0, or an errno value (EINVAL without prof=true, EAGAIN inside the profiler).
 int dump(const char* path);
+// The same, at a path named as prof_final's are (prof_prefix.PID.SEQ.KIND.pb), which
+// it leaves in `path`.
+int dump_named(const char* kind, char* path, size_t cap);
 // prof_final's files (from the library's destructor).
 void at_exit();
 // A pending prof_signal or prof_interval dump is written (slow paths call this).

@@ -27,7 +27,7 @@ def check(what, ok):
 
 
 TOP = ["schema", "version", "pid", "mode", "topology", "classes", "caches", "bytes",
-       "huge_objects", "thp", "deferred", "background", "memory_limit",
+       "shards", "huge_objects", "thp", "deferred", "background", "memory_limit",
        "foreign_frees_forwarded", "prof", "guarded"]
 CLASS_FIELDS = ["class", "size", "slabs", "objects", "active", "cpu", "depot", "thread",
                 "free", "hits", "refills", "drains", "depot_hits", "slab_out", "slab_in",
@@ -71,6 +71,15 @@ with tempfile.TemporaryDirectory() as d:
           b["cached_cpu"] + b["cached_depot"] + b["cached_thread"] == int(numbers["cached"]))
     check("one huge object of 8 MiB", doc["huge_objects"] == 1 and b["huge_allocated"] >= 8 << 20)
     check("10 large objects of 100 KB", b["large_allocated"] >= 10 * 100000)
+    shards = doc["shards"]
+    for k, total in (("large", "large_allocated"), ("free", "free"), ("dirty", "dirty"),
+                     ("returned", "returned")):
+        check("the shards' %s add up to bytes.%s" % (k, total),
+              sum(s[k] for s in shards) == b[total])
+    check("each shard maps whole 4 MiB segments",
+          shards and all(s["mapped"] == s["segments"] << 22 for s in shards))
+    check("bytes.pending_return counts the depots and the huge blocks kept",
+          b["pending_return"] >= b["cached_depot"] + b["huge_kept"])
     check("guarded sampling off (the program's setting)", doc["guarded"]["sample_bytes"] == 0)
     check("no profiler: prof is null", doc["prof"] is None)
     check("the pid is the program's", isinstance(doc["pid"], int) and doc["pid"] > 0)

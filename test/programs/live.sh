@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# test/programs/live.sh ROOT BUILD — a running process's statistics and heap profile
+# read from outside (core/heap_live.cc, tools/live.py), with no option and no code
+# change: python3 (a real program, objects made through ctypes' malloc) under uslab;
+# `uslab stats --pid` (table, JSON, Prometheus) checked against the known objects,
+# the table against the JSON, and everything against the process's own statistics
+# at exit; `uslab top` in batch mode and on a terminal (tmux: sort keys, quit); a
+# forked child read apart from its parent; `uslab prof --pid` naming the allocation
+# site; and the clear refusals: no uslab, live_stats=false, no prof=true, a process
+# with no background thread, no process.
+set -u
+root=$(readlink -f "$1")
+build=$(readlink -f "$2")
+lib=$build/libuslab.so
+hold=$build/test/live_hold
+work=$(mktemp -d)
+declare -A fds
+pids=()
+cleanup() {
+  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
+  tmux kill-session -t uslab-live-test 2>/dev/null
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+checks=0 fails=0
+check() {  # check NAME COMMAND...: COMMAND must succeed
+  local name=$1; shift
+  checks=$((checks + 1))
+  if ! "$@"; then echo "FAILED: $name"; fails=$((fails + 1)); fi
+}
+uslab() { USLAB_BUILD=$build "$root/tools/uslab" "$@"; }
+
+# start NAME CONF CMD...: CMD under uslab (USLAB_CONF=CONF, exit statistics as JSON on
+# its stderr), its stdin a FIFO this script holds; returns once it printed "ready".
+start() {
+  local name=$1 conf=$2 fd; shift 2
+  mkfifo "$work/$name.in"
+  LD_PRELOAD=$lib USLAB_CONF=$conf USLAB_STATS=json "$@" <"$work/$name.in" \
+    >"$work/$name.out" 2>"$work/$name.err" &
+  pids+=($!)
+  eval "echo \$! > $work/$name.pid"
+  exec {fd}>"$work/$name.in"
+  fds[$name]=$fd
+  for _ in $(seq 200); do grep -q ready "$work/$name.out" 2>/dev/null && return 0; sleep 0.1; done
+  echo "FAILED: $name never became ready: $(tail -3 "$work/$name.err")"; exit 1
+}
+stop() {  # closes NAME's stdin and waits for it to exit
+  local name=$1
+  exec {fds[$name]}>&-
+  wait "$(cat "$work/$name.pid")"
+}
+pid_of() { cat "$work/$1.pid"; }
+
+# --- python3, 40000 objects of 1000 bytes kept and 40000 freed ---
+cat >"$work/hold.py" <<'PY'
+import ctypes, sys
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+keep = [libc.malloc(1000) for _ in range(40000)]
+drop = [libc.malloc(1000) for _ in range(40000)]
+for p in drop:
+    libc.free(p)
+print("ready", flush=True)
+sys.stdin.readline()
+PY
+# Debian's interpreter itself (a pyenv shim would run as a chain of processes).
+python=$([ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3)
+start py "" "$python" "$work/hold.py"
+py=$(pid_of py)
+check "stats --pid: the table" uslab stats --pid "$py" >"$work/table" 2>"$work/table.err"
+check "stats --pid --json" uslab stats --pid "$py" --json >"$work/live.json" 2>"$work/json.err"
+check "stats --pid --prometheus" uslab stats --pid "$py" --prometheus >"$work/prom" 2>"$work/prom.err"
+check "top --batch: two frames" uslab top "$py" --batch --frames 2 --interval 0.3 >"$work/top"
+
+# uslab top on a terminal: sorted by active objects, then by size ('s'), then quit.
+tmux new-session -d -s uslab-live-test -x 150 -y 40 \
+  "USLAB_BUILD=$build $root/tools/uslab top $py --interval 0.5; echo top-ended; sleep 30"
+for _ in $(seq 50); do
+  tmux capture-pane -p -t uslab-live-test >"$work/screen1" 2>/dev/null
+  grep -q "^ *CLASS" "$work/screen1" && break; sleep 0.2
+done
+tmux send-keys -t uslab-live-test s
+sleep 1.5
+tmux capture-pane -p -t uslab-live-test >"$work/screen2"
+tmux send-keys -t uslab-live-test q
+sleep 1
+tmux capture-pane -p -t uslab-live-test >"$work/screen3"
+
+stop py
+check "python3 exits 0" test $? -eq 0
+
+python3 - "$work" "$py" <<'PY' || fails=$((fails + 1))
+import json, re, sys
+work, pid = sys.argv[1], int(sys.argv[2])
+bad = []
+def ok(cond, what):
+    if not cond:
+        bad.append(what)
+live = json.load(open(work + "/live.json"))
+ok(live["pid"] == pid, "the JSON is the process's (pid %s)" % live["pid"])
+cls = min((c for c in live["classes"] if c["size"] >= 1000), key=lambda c: c["size"])
+ok(40000 <= cls["active"] <= 42000, "class %d (%d B) holds the 40000 objects kept: %d active"
+   % (cls["class"], cls["size"], cls["active"]))
+ok(live["bytes"]["allocated"] >= 40000 * 1000, "bytes.allocated %d" % live["bytes"]["allocated"])
+ok(live["shards"] and all(s["mapped"] > 0 for s in live["shards"]), "shards with memory")
+ok(live["background"]["state"] == "running", "the background thread runs (40 MB freed)")
+ok(isinstance(live["thp"]["process_bytes"], int), "thp.process_bytes read from smaps_rollup")
+# The table of the same snapshot: its row of that class as in the JSON.
+table = open(work + "/table").read()
+ok(table.startswith("uslab stats (mode:"), "the table's first line")
+rows = {int(l.split()[0]): l.split() for l in table.splitlines() if re.match(r"^ +\d+ +\d+ ", l)}
+row = rows.get(cls["class"])
+ok(row and int(row[2]) == cls["slabs"] and int(row[3]) == cls["objects"]
+   and int(row[4]) >= 40000, "the table's row %s against the JSON's %s" % (row, cls))
+# Prometheus: every line a comment or `name{labels} value`, types declared first.
+types = set()
+for line in open(work + "/prom"):
+    line = line.rstrip("\n")
+    m = re.match(r"# TYPE (\w+) (gauge|counter)$", line)
+    if m:
+        types.add(m.group(1))
+        continue
+    if line.startswith("# HELP "):
+        continue
+    m = re.match(r'^(\w+)(\{(\w+="(\\\\.|[^"\\\\])*",?)*\})? (-?[0-9.]+)$', line)
+    ok(m and m.group(1) in types, "Prometheus line %r" % line)
+prom = open(work + "/prom").read()
+m = re.search(r'uslab_class_active_objects\{cls="%d",size="%d"\} (\d+)' % (cls["class"], cls["size"]),
+              prom)
+ok(m and 40000 <= int(m.group(1)) <= 42000, "the class's active objects in Prometheus")
+# top --batch: two frames, the class of the kept objects on the first row (by active).
+top = open(work + "/top").read()
+frames = [f for f in top.split("uslab top - pid %d" % pid) if f.strip()]
+ok(len(frames) == 2, "two frames in batch mode, got %d" % len(frames))
+first = [l for l in frames[0].splitlines() if re.match(r"^ +\d+ +\d+ ", l)]
+ok(first and int(first[0].split()[0]) == cls["class"], "top's first row %r" % first[:1])
+# On the terminal: the screen, the sort key, the end.
+s1, s2, s3 = (open(work + "/screen%d" % i).read() for i in (1, 2, 3))
+ok("sorted by active" in s1 and re.search(r"^ +%d +%d " % (cls["class"], cls["size"]),
+   s1.split("CLASS", 1)[-1].split("\n", 2)[1] if "CLASS" in s1 else "", re.M),
+   "tmux: the first screen, by active objects: %r" % s1[:400])
+rows2 = [l.split() for l in s2.split("CLASS", 1)[-1].splitlines()[1:] if re.match(r"^ +\d+ +\d+ ", l)]
+sizes = [int(r[1]) for r in rows2]
+ok("sorted by size" in s2 and sizes and sizes == sorted(sizes, reverse=True),
+   "tmux: 's' sorts by size: %r" % sizes)
+ok("top-ended" in s3, "tmux: 'q' quits")
+# Against the process's own statistics at exit: the kept objects are all still there.
+err, docs, at = open(work + "/py.err").read(), [], 0
+while "{" in err[at:]:  # the process's document (children the interpreter ran print theirs)
+    doc, at = json.JSONDecoder().raw_decode(err, err.index("{", at))
+    docs.append(doc)
+exit_stats = ([d for d in docs if d["pid"] == pid] or [{"pid": None, "classes": []}])[0]
+ecls = [c for c in exit_stats["classes"] if c["class"] == cls["class"]]
+ok(ecls and 40000 <= ecls[0]["active"] <= cls["active"],
+   "at exit class %d has %s active, live %d" % (cls["class"], ecls and ecls[0]["active"], cls["active"]))
+ok(exit_stats["pid"] == live["pid"], "the same process at exit")
+for b in bad:
+    print("FAILED:", b)
+print("live python3: %d checks, %d failed" % (16, len(bad)))
+sys.exit(1 if bad else 0)
+PY
+checks=$((checks + 16))
+
+# --- a forked child has statistics of its own ---
+start hold "" "$hold" 40000 40000 1000
+parent=$(pid_of hold)
+echo fork >&"${fds[hold]}"
+for _ in $(seq 100); do grep -q "^child" "$work/hold.out" && break; sleep 0.1; done
+child=$(awk '/^child/ {print $2}' "$work/hold.out")
+check "fork: the child reports" test -n "$child"
+uslab stats --pid "$child" --json >"$work/child.json" 2>"$work/child.err"
+uslab stats --pid "$parent" --json >"$work/parent.json" 2>"$work/parent.err"
+check "fork: the child's figures are the child's (80000 objects: its own and its parent's)" \
+  python3 -c '
+import json, sys
+c, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+cc = min((x for x in c["classes"] if x["size"] >= 1000), key=lambda x: x["size"])
+pc = min((x for x in p["classes"] if x["size"] >= 1000), key=lambda x: x["size"])
+sys.exit(not (c["pid"] == int(sys.argv[3]) and p["pid"] == int(sys.argv[4])
+              and cc["active"] >= 80000 and 40000 <= pc["active"] < 41000))' \
+  "$work/child.json" "$work/parent.json" "$child" "$parent"
+stop hold
+
+# --- a heap profile now, from a process started with prof=true ---
+start profd "prof=true,prof_prefix=$work/prof" "$hold" 20000 20000 500
+(cd "$work" && uslab prof --pid "$(pid_of profd)" --top 5) >"$work/prof.out" 2>&1
+check "prof --pid: the profile names make_records" grep -q make_records "$work/prof.out"
+check "prof --pid: the file is there" test -s "$(awk '/^profile of process/ {print $NF}' "$work/prof.out")"
+stop profd
+
+# --- what it says where there is nothing to read ---
+refused() {  # refused NAME PATTERN COMMAND...: the command fails, saying PATTERN
+  local name=$1 pattern=$2; shift 2
+  checks=$((checks + 1))
+  if "$@" >"$work/refusal" 2>&1 || ! grep -q "$pattern" "$work/refusal"; then
+    echo "FAILED: $name: $(cat "$work/refusal")"; fails=$((fails + 1))
+  fi
+}
+start noprof "" "$hold" 20000 20000 500
+refused "prof --pid without prof=true" "without prof=true" uslab prof --pid "$(pid_of noprof)"
+stop noprof
+sleep 60 & plain=$!; pids+=($plain)
+refused "a process without uslab" "does not run uslab" uslab stats --pid "$plain"
+start off "live_stats=false" "$hold" 1000 0 64
+refused "live_stats=false" "live_stats=false" uslab stats --pid "$(pid_of off)"
+stop off
+start small "" "$hold" 1000 0 64
+refused "an idle process with no background thread" "no uslab background thread" \
+  uslab stats --pid "$(pid_of small)"
+stop small
+(exit 0) & gone=$!; wait $gone
+refused "no such process" "no process" uslab stats --pid "$gone"
+
+echo "live: $checks checks, $fails failed"
+[ $fails -eq 0 ]
