@@ -383,10 +383,10 @@ USLAB_STARTUP_TEXT void init() {
     int fd = os::dup_high(2);
     if (fd >= 0) g_report_fd = fd;
   }
+  live_init();  // before the thread can start: it makes the region
   background_init();
   prof::init();
   guard::init();
-  live_init();
 }
 
 void die(const char* message) { os::fatal("uslab: %s\n", message); }

@@ -245,8 +245,8 @@ void fork_prepare();
 void fork_parent();
 void fork_child();
 
-// The live statistics region (heap_live.cc): made in the constructor, reset in a
-// forked child.
+// The live statistics (heap_live.cc): their hooks set in the constructor; their
+// region reset in a forked child.
 void live_init();
 void live_fork_child();
 

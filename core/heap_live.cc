@@ -4,11 +4,13 @@
 // --pid`, `uslab top`, `uslab prof --pid`): no restart, no option, no code change.
 //
 // Owns: the region, a private mapping of a memfd called "uslab-live" (so that
-// /proc/PID/maps names it), made in the library's constructor, while one thread
-// runs: the descriptor, open for an instant, cannot shift the number another
-// thread's open() gets. Nothing is written to it before a reader asks: its pages
-// cost nothing in a process nobody watches. The layout below is the readers'
-// contract (docs/LIVE.md); a change to it changes kMagic.
+// /proc/PID/maps names it), made when the background thread starts, by the thread
+// that starts it, inside its allocator call (the descriptor, open for an instant,
+// cannot shift the number that thread's next open() gets) or in the constructor:
+// a process that never has the thread pays nothing (a memfd costs 15-25 us, a tenth
+// of /bin/true's start under uslab). Nothing is written to it before a reader asks:
+// its pages cost nothing in a process nobody watches. The layout below is the
+// readers' contract (docs/LIVE.md); a change to it changes kMagic.
 //
 // Who writes: only the background thread (background.h, LiveHooks), never an
 // allocation: once a reader's request is newer than the last one served (checked on
@@ -79,10 +81,14 @@ Region* g_region = nullptr;
 
 uint32_t load(const uint32_t* word) { return __atomic_load_n(word, __ATOMIC_RELAXED); }
 
+void start() {
+  if (!g_region) g_region = static_cast<Region*>(os::map_named("uslab-live", kRegionBytes));
+}
+
 bool requested() {
   const Region* r = g_region;
-  return load(&r->requests.stats) != r->header.stats_served ||
-         load(&r->requests.profile) != r->header.profile_served;
+  return r && (load(&r->requests.stats) != r->header.stats_served ||
+               load(&r->requests.profile) != r->header.profile_served);
 }
 
 struct Writer {
@@ -105,6 +111,7 @@ void append(void* arg, const char* text) {
 
 void publish() {
   Region* r = g_region;
+  if (!r) return;  // memfd_create refused
   Header& h = r->header;
   const uint32_t want_stats = load(&r->requests.stats);
   const uint32_t want_profile = load(&r->requests.profile);
@@ -135,14 +142,12 @@ void publish() {
   __atomic_store_n(&h.seq, h.seq + 1, __ATOMIC_RELEASE);
 }
 
-constexpr LiveHooks kHooks{requested, publish};
+constexpr LiveHooks kHooks{start, requested, publish};
 
 }  // namespace
 
 USLAB_STARTUP_TEXT void live_init() {
-  if (!g_config.live_stats || g_region) return;
-  g_region = static_cast<Region*>(os::map_named("uslab-live", kRegionBytes));
-  if (g_region) __atomic_store_n(&g_live_hooks, &kHooks, __ATOMIC_RELEASE);
+  if (g_config.live_stats) __atomic_store_n(&g_live_hooks, &kHooks, __ATOMIC_RELEASE);
 }
 
 void live_fork_child() {

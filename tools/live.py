@@ -48,11 +48,33 @@ def region_address(pid):
         parts = line.split(None, 5)
         if len(parts) == 6 and parts[5].startswith(NAME):
             return int(parts[0].split("-")[0], 16)
+    why = ("uslab makes it when its background thread starts: once the heap maps 64 MiB "
+           "or 4 MiB wait to be returned, at once with USLAB_CONF=background_thread=true, "
+           "never with background_thread=false or live_stats=false (or before uslab 0.1.0's "
+           "live statistics)")
+    conf = started_with(pid)
+    for key in ("live_stats", "background_thread"):
+        m = re.search(r"(?:^|,)%s=(false|0|no|off)\b" % key, conf)
+        if m:
+            raise LiveError("process %d was started with USLAB_CONF=%s: it has no live "
+                            "statistics (%s)" % (pid, conf, why))
     if "libuslab" in maps:
-        raise LiveError("process %d has libuslab loaded but no live region: it runs a uslab "
-                        "from before live statistics, or with USLAB_CONF=live_stats=false" % pid)
-    raise LiveError("process %d does not run uslab (no libuslab in its maps and no %s "
-                    "region; start it with LD_PRELOAD=libuslab.so)" % (pid, NAME))
+        raise LiveError("process %d runs uslab but has no live region yet: %s" % (pid, why))
+    raise LiveError("process %d has no uslab live region: it does not run uslab (no libuslab "
+                    "in its maps: start it with LD_PRELOAD=libuslab.so), or is a static binary "
+                    "with none yet (%s)" % (pid, why))
+
+
+def started_with(pid):
+    """The USLAB_CONF the process was started with ('' if none or unreadable)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            for var in f.read().split(b"\0"):
+                if var.startswith(b"USLAB_CONF="):
+                    return var[len(b"USLAB_CONF="):].decode("utf-8", "replace")
+    except OSError:
+        pass
+    return ""
 
 
 class Process:

@@ -95,6 +95,7 @@ void* thread_main(void*) {
 }
 
 void start_now() {
+  if (const LiveHooks* h = live_hooks()) h->start();
   int err = os::helper_thread_start(thread_main, "uslab-bg");
   if (err) {
     error_ = err;

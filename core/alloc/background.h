@@ -115,13 +115,16 @@ void background_enable(bool on);
 // fork: the child has no thread (it starts one once it has memory to return).
 void background_fork_child();
 
-// The facade's live statistics (heap_live.cc), which this thread writes: `requested`
-// tells whether a reader outside the process asked for them (or for a profile) since
-// the last time; `publish` writes them. The thread publishes when asked, on each
-// wake-up, and before each sleep with no timeout (the figures then stay exact until
-// something wakes it). A tick that sees a request while there is no thread wants one
-// (background_thread=auto), as memory waiting to be returned would.
+// The facade's live statistics (heap_live.cc), which this thread writes: `start`
+// makes their region (called by whoever starts the thread, before it starts: the
+// region's descriptor, open for an instant, shifts no other thread's open());
+// `requested` tells whether a reader outside the process asked for them (or for a
+// profile) since the last time; `publish` writes them. The thread publishes when
+// asked, on each wake-up, and before each sleep with no timeout (the figures then
+// stay exact until something wakes it). A tick that sees a request while there is
+// no thread (a forked child) wants one, as memory waiting to be returned would.
 struct LiveHooks {
+  void (*start)();
   bool (*requested)();
   void (*publish)();
 };

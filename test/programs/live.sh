@@ -178,7 +178,7 @@ c, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 cc = min((x for x in c["classes"] if x["size"] >= 1000), key=lambda x: x["size"])
 pc = min((x for x in p["classes"] if x["size"] >= 1000), key=lambda x: x["size"])
 sys.exit(not (c["pid"] == int(sys.argv[3]) and p["pid"] == int(sys.argv[4])
-              and cc["active"] >= 80000 and 40000 <= pc["active"] < 41000))' \
+              and cc["active"] >= 79900 and 39900 <= pc["active"] < 41000))' \
   "$work/child.json" "$work/parent.json" "$child" "$parent"
 stop hold
 
@@ -202,11 +202,12 @@ refused "prof --pid without prof=true" "without prof=true" uslab prof --pid "$(p
 stop noprof
 sleep 60 & plain=$!; pids+=($plain)
 refused "a process without uslab" "does not run uslab" uslab stats --pid "$plain"
-start off "live_stats=false" "$hold" 1000 0 64
-refused "live_stats=false" "live_stats=false" uslab stats --pid "$(pid_of off)"
+start off "live_stats=false" "$hold" 40000 40000 1000
+refused "live_stats=false" "started with USLAB_CONF=live_stats=false" \
+  uslab stats --pid "$(pid_of off)"
 stop off
 start small "" "$hold" 1000 0 64
-refused "an idle process with no background thread" "no uslab background thread" \
+refused "a small process with no background thread" "no live region yet" \
   uslab stats --pid "$(pid_of small)"
 stop small
 (exit 0) & gone=$!; wait $gone
