@@ -1,6 +1,6 @@
-// compat/glibc.cc — glibc's malloc extras and C23's sized frees, for programs that
-// call them under uslab: malloc_trim, mallinfo, mallinfo2, malloc_stats,
-// malloc_info, mallopt, free_sized, free_aligned_sized.
+// compat/glibc.cc — glibc's malloc extras, for programs that call them under uslab:
+// malloc_trim, mallinfo, mallinfo2, malloc_stats, malloc_info, mallopt (not in the
+// musl build: musl has none of them).
 //
 // mallopt accepts every option and changes nothing (uslab's tunables are USLAB_CONF);
 // mallinfo's fields are filled from uslab's own counters as their glibc meaning is
@@ -67,11 +67,5 @@ USLAB_EXPORT int malloc_info(int options, FILE* fp) {
 }
 
 USLAB_EXPORT int mallopt(int, int) { return 1; }
-
-USLAB_EXPORT void free_sized(void* p, size_t size) { heap::free_sized(p, size); }
-
-USLAB_EXPORT void free_aligned_sized(void* p, size_t, size_t size) {
-  heap::free_sized(p, size);  // an alignment that changed the class takes free()
-}
 
 }  // extern "C"

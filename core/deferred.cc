@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "core/heap.h"

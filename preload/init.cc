@@ -15,10 +15,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "compat/glibc_chunk.h"
 #include "core/heap.h"
 #include "core/platform/libc_calls.h"
 #include "preload/export.h"
+
+#ifdef __GLIBC__
+#include "compat/glibc_chunk.h"
 
 // What pthread_atfork is: glibc's libc_nonshared.a stub passes the calling object's
 // __dso_handle to this (GLIBC_2.3.2, in libc.so.6 on every glibc). Called directly,
@@ -26,14 +28,13 @@
 // __dso_handle (meson.build). The handle only matters to __cxa_finalize when an
 // object is unloaded, and libuslab.so never is (-z nodelete): none is passed.
 extern "C" int __register_atfork(void (*prepare)(), void (*parent)(), void (*child)(), void* dso);
+#endif
 
 namespace {
 
 // The strings every process's constructor reads (the variable's name, the symbols
 // dlsym finds), in .data, not .rodata (os.h's USLAB_STARTUP_STRING).
 USLAB_STARTUP_STRING(kNoChildren, "USLAB_NO_CHILDREN");
-USLAB_STARTUP_STRING(kFree, "free");
-USLAB_STARTUP_STRING(kUsableSize, "malloc_usable_size");
 
 // With USLAB_NO_CHILDREN set (uslab run --no-children), the entries naming
 // libuslab are cut out of LD_PRELOAD in place (the variable is removed when nothing
@@ -67,8 +68,14 @@ void drop_preload_for_children() {
   if (out == list) unsetenv("LD_PRELOAD");
 }
 
+#ifdef __GLIBC__
+USLAB_STARTUP_STRING(kFree, "free");
+USLAB_STARTUP_STRING(kUsableSize, "malloc_usable_size");
+
 // glibc's free and malloc_usable_size, for blocks of glibc's malloc that reach
 // uslab's (core/foreign.h), and the program break before glibc's malloc could use it.
+// musl has no such blocks: its loader's allocations are never freed, and the rest of
+// musl calls the malloc that was interposed.
 void find_glibc_malloc() {
   using FreeFn = void (*)(void*);
   using UsableFn = size_t (*)(void*);
@@ -79,13 +86,20 @@ void find_glibc_malloc() {
   uslab::compat::glibc_chunks_init(reinterpret_cast<const void*>(syscall(SYS_brk, 0)));
   uslab::foreign::set_hooks({glibc_free, glibc_usable, uslab::compat::is_glibc_block});
 }
+#endif
 
 __attribute__((constructor(101))) void uslab_process_init() {
   drop_preload_for_children();
+#ifdef __GLIBC__
   find_glibc_malloc();
+#endif
   uslab::heap::init();
+#ifdef __GLIBC__
   __register_atfork(uslab::heap::fork_prepare, uslab::heap::fork_parent, uslab::heap::fork_child,
                     nullptr);
+#else
+  pthread_atfork(uslab::heap::fork_prepare, uslab::heap::fork_parent, uslab::heap::fork_child);
+#endif
 }
 
 __attribute__((destructor(101))) void uslab_process_fini() {

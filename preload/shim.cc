@@ -1,9 +1,10 @@
 // preload/shim.cc — the C allocation API that LD_PRELOAD interposes.
 //
 // Owns: malloc, free, calloc, realloc, reallocarray, posix_memalign, aligned_alloc,
-// memalign, valloc, pvalloc, malloc_usable_size, cfree, and glibc's __libc_* entry
-// points (aliases, so code bound to them — static links, RTLD_DEEPBIND users,
-// glibc internals — lands in the same heap: rpmalloc#374, jemalloc#481).
+// memalign, valloc, pvalloc, malloc_usable_size, cfree, C23's free_sized and
+// free_aligned_sized, and glibc's __libc_* entry points (aliases, so code bound to
+// them — static links, RTLD_DEEPBIND users, glibc internals — lands in the same heap:
+// rpmalloc#374, jemalloc#481; not in the musl build).
 // glibc's semantics where the C standard leaves room: malloc(0) returns a unique
 // pointer, realloc(p, 0) frees and returns NULL, failures set errno = ENOMEM, free
 // preserves errno, posix_memalign returns EINVAL for a bad alignment.
@@ -97,13 +98,20 @@ USLAB_EXPORT void* pvalloc(size_t size) {
 
 USLAB_EXPORT size_t malloc_usable_size(void* p) { return p ? heap::usable_size(p) : 0; }
 
+USLAB_EXPORT void free_sized(void* p, size_t size) { heap::free_sized(p, size); }
+
+USLAB_EXPORT void free_aligned_sized(void* p, size_t, size_t size) {
+  heap::free_sized(p, size);  // an alignment that changed the class takes free()
+}
+
 void* uslab_own_realloc(void*, size_t)
     __attribute__((alias("realloc"), copy(realloc), visibility("hidden")));
 void uslab_own_free(void*) __attribute__((alias("free"), copy(free), visibility("hidden")));
 size_t uslab_own_usable_size(void*)
     __attribute__((alias("malloc_usable_size"), copy(malloc_usable_size), visibility("hidden")));
 
-// glibc-internal names.
+#ifdef __GLIBC__
+// glibc-internal names (musl's are its own, hidden).
 USLAB_EXPORT void* __libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
 USLAB_EXPORT void __libc_free(void*) __attribute__((alias("free"), copy(free)));
 USLAB_EXPORT void* __libc_calloc(size_t, size_t) __attribute__((alias("calloc"), copy(calloc)));
@@ -114,5 +122,6 @@ USLAB_EXPORT void* __libc_valloc(size_t) __attribute__((alias("valloc"), copy(va
 USLAB_EXPORT void* __libc_pvalloc(size_t) __attribute__((alias("pvalloc"), copy(pvalloc)));
 USLAB_EXPORT int __posix_memalign(void**, size_t, size_t)
     __attribute__((alias("posix_memalign"), copy(posix_memalign)));
+#endif
 
 }  // extern "C"

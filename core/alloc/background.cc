@@ -2,6 +2,8 @@
 // background.h for when it starts and how it sleeps.
 #include "core/alloc/background.h"
 
+#include <sys/syscall.h>
+
 #include "core/alloc/decay.h"
 #include "core/alloc/page_heap.h"
 #include "core/alloc/percpu.h"

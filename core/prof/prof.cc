@@ -2,6 +2,9 @@
 // Locking: g_lock guards the tables and totals (a leaf lock; see prof.h).
 #include "core/prof/prof.h"
 
+#include <sys/syscall.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 

@@ -11,6 +11,9 @@
 #include "bench/proc_self.h"
 #include "test/common/check.h"
 
+/* glibc's own interfaces (pvalloc, malloc_trim, mallinfo2, mallopt, malloc_info,
+ * the __libc_* names) are checked where the program runs on glibc; musl has none. */
+#ifdef __GLIBC__
 #if !__GLIBC_PREREQ(2, 33)
 /* glibc before 2.33 (the Debian 11 root of test/programs/old_glibc.sh) declares no
  * mallinfo2; uslab exports it whatever the glibc. */
@@ -18,6 +21,7 @@ struct mallinfo2 {
   size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
 };
 struct mallinfo2 mallinfo2(void) __attribute__((weak));  /* resolved in the preload */
+#endif
 #endif
 
 /* C23; glibc 2.36 lacks them, so they are looked up at run time (uslab's). */
@@ -75,8 +79,10 @@ static void test_failures_set_enomem(void) {
   CHECK(memalign((size_t)1 << 62, 100) == NULL && errno == ENOMEM);
   errno = 0;
   CHECK(valloc(SIZE_MAX) == NULL && errno == ENOMEM);
+#ifdef __GLIBC__
   errno = 0;
   CHECK(pvalloc(SIZE_MAX - 10) == NULL && errno == ENOMEM);
+#endif
   /* The allocator still works afterwards. */
   void *p = malloc(100);
   CHECK(p != NULL);
@@ -95,7 +101,9 @@ static void test_free_preserves_errno(void) {
   for (int i = 0; i < 64; i++) ps[i] = malloc((size_t)(i + 1) << 18);
   errno = EEXIST;
   for (int i = 0; i < 64; i++) free(ps[i]);
+#ifdef __GLIBC__
   malloc_trim(0);
+#endif
   CHECK(errno == EEXIST);
 }
 
@@ -232,12 +240,14 @@ static void test_alignment(void) {
   void *v = valloc(10);
   CHECK(v && is_aligned(v, (size_t)page));
   free(v);
+#ifdef __GLIBC__
   void *pv = pvalloc(10);
   CHECK(pv && is_aligned(pv, (size_t)page) && malloc_usable_size(pv) >= (size_t)page);
   free(pv);
   void *pz = pvalloc(0);
   CHECK(pz != NULL);
   free(pz);
+#endif
 }
 
 static void test_sized_frees_and_extras(void) {
@@ -249,6 +259,7 @@ static void test_sized_frees_and_extras(void) {
   free_sized_fn(p, 100);
   void *q = aligned_alloc(256, 512);
   free_aligned_sized_fn(q, 256, 512);
+#ifdef __GLIBC__
   struct mallinfo2 before = mallinfo2();
   void *big = malloc(10 << 20);
   memset(big, 1, 10 << 20);
@@ -258,6 +269,7 @@ static void test_sized_frees_and_extras(void) {
   CHECK(mallopt(M_ARENA_MAX, 2) == 1);
   malloc_trim(0);
   CHECK(malloc_info(0, stdout) == 0);
+#endif
 }
 
 static void test_really_interposed(void) {
@@ -273,10 +285,14 @@ static void test_really_interposed(void) {
     void *fn;
   } syms[] = {SYM(malloc), SYM(free), SYM(calloc), SYM(realloc), SYM(reallocarray),
               SYM(posix_memalign), SYM(aligned_alloc), SYM(memalign), SYM(valloc),
-              SYM(pvalloc), SYM(malloc_usable_size), SYM(__libc_malloc), SYM(__libc_free),
+              SYM(malloc_usable_size), SYM(free_sized),
+#ifdef __GLIBC__
+              SYM(pvalloc), SYM(__libc_malloc), SYM(__libc_free),
               SYM(__libc_calloc), SYM(__libc_realloc), SYM(__libc_memalign),
               SYM(__libc_valloc), SYM(__libc_pvalloc), SYM(__posix_memalign),
-              SYM(malloc_trim), SYM(mallinfo2), SYM(free_sized)};
+              SYM(malloc_trim), SYM(mallinfo2)
+#endif
+  };
 #undef SYM
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     int ok = symbol_is_uslab(syms[i].fn);
