@@ -32,6 +32,8 @@ import sys
 import tempfile
 
 # The measuring code is bench's (bench/launch.py), shared with uslab bench.
+# bench/launch.py: beside this file once installed, in bench/ in the source tree.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 from launch import bundled_allocator, malloc_bindings, perf_events, run_once, served  # noqa: E402
 

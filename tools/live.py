@@ -168,7 +168,9 @@ class Process:
 
 
 def tool_version():
-    """This reader's uslab version (include/uslab.h beside it), or None."""
+    """This reader's uslab version (the uslab command's, or include/uslab.h beside it)."""
+    if os.environ.get("USLAB_TOOL_VERSION"):
+        return os.environ["USLAB_TOOL_VERSION"]
     header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "uslab.h")
     try:
         with open(header) as f:
