@@ -191,6 +191,24 @@ pc = min((x for x in p["classes"] if x["size"] >= 1000), key=lambda x: x["size"]
 sys.exit(not (c["pid"] == int(sys.argv[3]) and p["pid"] == int(sys.argv[4])
               and cc["active"] >= 79900 and 39900 <= pc["active"] < 41000))' \
   "$work/child.json" "$work/parent.json" "$child" "$parent"
+# Another version: a reader of another release says so and reads on (the layout is
+# the same); a region of another layout (its magic overwritten here) is refused.
+USLAB_TOOL_VERSION=9.9.9 python3 "$root/tools/live.py" stats --pid "$parent" >/dev/null \
+  2>"$work/version.err"
+check "a reader of another version says which each is" \
+  grep -q "runs uslab .*, this reader is uslab 9.9.9" "$work/version.err"
+python3 - "$parent" <<'PY'
+import sys
+pid = int(sys.argv[1])
+base = next(int(l.split("-")[0], 16) for l in open("/proc/%d/maps" % pid) if "/memfd:uslab-live" in l)
+with open("/proc/%d/mem" % pid, "r+b", buffering=0) as mem:
+    mem.seek(base + 64)
+    mem.write(b"uslabLV9")
+PY
+checks=$((checks + 1))
+if uslab stats --pid "$parent" >"$work/layout" 2>&1 || ! grep -q "another layout" "$work/layout"; then
+  echo "FAILED: another layout is refused: $(cat "$work/layout")"; fails=$((fails + 1))
+fi
 stop hold
 
 # --- a heap profile now, from a process started with prof=true ---
