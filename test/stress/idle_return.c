@@ -18,8 +18,8 @@
  * With the thread (USLAB_CONF without background_thread=false) it also checks: no
  * thread before the peak (a program that has not freed much has none), then a thread
  * named uslab-bg that blocks the program's signals; in mode `none`, once memory is
- * back it sleeps: no wake-up at all over 1 s, and while pages were pending no more
- * than one per tick (decay_ms/16).
+ * back it sleeps with no timeout (its futex call shows none) and has no wake-up at
+ * all over 1 s, and while pages were pending no more than one per tick (decay_ms/16).
  *
  * With `fork`, the whole test runs in a child forked first (the child has no thread
  * until it too has memory to return). With `objects=N`, the peak is N objects instead
@@ -31,6 +31,7 @@
  *        (run with USLAB_CONF=decay_ms=DECAY_MS[,...]) */
 #include <signal.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +39,19 @@
 #include "bench/proc_self.h"
 #include "include/uslab.h"
 #include "test/common/check.h"
+
+/* Whether thread tid waits in futex(2) with no timeout, as /proc's syscall file shows
+ * it: the background thread's sleep with nothing left to give back (its sleeps
+ * between ticks have a timeout). */
+static int asleep_with_no_timeout(long tid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+  if (read_small_file(path, buf, sizeof buf) <= 0) return 0;
+  long nr;
+  unsigned long addr, op, val, timeout;
+  if (sscanf(buf, "%ld %lx %lx %lx %lx", &nr, &addr, &op, &val, &timeout) != 5) return 0;
+  return nr == SYS_futex && timeout == 0;
+}
 
 static double now_ms(void) {
   struct timespec ts;
@@ -233,6 +247,11 @@ int main(int argc, char **argv) {
       double t_pending = now_ms() - t_free;
       long pending_switches = thread_switches(tid) - switches0;
       sleep_ms(decay_ms + 4 * tick_ms); /* whatever was left is returned by now */
+      /* and the thread's last steps (closing the sheaves, writing the live statistics)
+       * done: under emulation they may still run. */
+      double asleep_by = now_ms() + 3000.0 * (slowdown && atol(slowdown) > 1 ? atol(slowdown) : 1);
+      while (!asleep_with_no_timeout(tid) && now_ms() < asleep_by) sleep_ms(10);
+      CHECK(asleep_with_no_timeout(tid));
       long s0 = thread_switches(tid);
       sleep_ms(1000);
       long idle_switches = thread_switches(tid) - s0;
