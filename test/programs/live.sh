@@ -7,8 +7,10 @@
 # own statistics at exit; `uslab prof --pid`'s live heap against the profile written
 # at exit; `uslab top` in batch mode and on a terminal (tmux: sort keys, quit); a
 # forked child read apart from its parent; `uslab prof --pid` naming a C program's
-# allocation site; and the clear refusals: no uslab, live_stats=false, no prof=true,
-# a process with no background thread, no process.
+# allocation site; a 70 MB heap that freed nothing read all the same (the thread
+# starts at 64 MiB); another version noted, another layout refused; and the clear
+# refusals: no uslab, live_stats=false, no prof=true, a process with no background
+# thread, no process.
 set -u
 root=$(readlink -f "$1")
 build=$(readlink -f "$2")
@@ -217,6 +219,12 @@ start profd "prof=true,prof_prefix=$work/prof" "$hold" 20000 20000 500
 check "prof --pid: the profile names make_records" grep -q make_records "$work/prof.out"
 check "prof --pid: the file is there" test -s "$(awk '/^profile of process/ {print $NF}' "$work/prof.out")"
 stop profd
+
+# --- a heap past 64 MiB that freed nothing has the thread, and so can be read ---
+start big "" "$hold" 70000 0 1000
+check "a 70 MB heap that freed nothing can be read" \
+  sh -c "USLAB_BUILD=$build $root/tools/uslab stats --pid $(pid_of big) --json | python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)[\"background\"][\"state\"] != \"running\")'"
+stop big
 
 # --- what it says where there is nothing to read ---
 refused() {  # refused NAME PATTERN COMMAND...: the command fails, saying PATTERN
