@@ -31,8 +31,11 @@ NewHandler uslab_get_new_handler() __asm__("_ZSt15get_new_handlerv") __attribute
 
 namespace {
 
+// Hot: the plain operator new, one of the entry points that inline both forms of the
+// per-CPU sections (heap.h).
+template <bool Hot = false>
 void* alloc_any(size_t size, size_t align) {
-  return align <= 16 ? heap::alloc(size) : heap::alloc_aligned(size, align);
+  return align <= 16 ? heap::alloc<Hot>(size) : heap::alloc_aligned(size, align);
 }
 
 // Returns memory, or nullptr when no new-handler is installed.
@@ -54,8 +57,9 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t align) {
   heap::die("operator new failed and std::bad_alloc is unavailable (no libstdc++)");
 }
 
+template <bool Hot = false>
 inline void* new_throwing(size_t size, size_t align) {
-  void* p = alloc_any(size, align);
+  void* p = alloc_any<Hot>(size, align);
   if (__builtin_expect(p != nullptr, 1)) return p;
   return new_failed(size, align);
 }
@@ -70,8 +74,8 @@ inline void* new_nothrow(size_t size, size_t align) {
 
 #define AL(a) static_cast<size_t>(a)
 
-USLAB_EXPORT void* operator new(size_t n) { return new_throwing(n, 0); }
-USLAB_EXPORT void* operator new[](size_t n) { return new_throwing(n, 0); }
+USLAB_EXPORT void* operator new(size_t n) { return new_throwing<true>(n, 0); }
+USLAB_EXPORT void* operator new[](size_t n) { return new_throwing<true>(n, 0); }
 USLAB_EXPORT void* operator new(size_t n, const std::nothrow_t&) noexcept {
   return new_nothrow(n, 0);
 }
@@ -87,10 +91,12 @@ USLAB_EXPORT void* operator new[](size_t n, std::align_val_t a, const std::nothr
   return new_nothrow(n, AL(a));
 }
 
-USLAB_EXPORT void operator delete(void* p) noexcept { heap::free(p); }
-USLAB_EXPORT void operator delete[](void* p) noexcept { heap::free(p); }
-USLAB_EXPORT void operator delete(void* p, size_t n) noexcept { heap::free_sized(p, n); }
-USLAB_EXPORT void operator delete[](void* p, size_t n) noexcept { heap::free_sized(p, n); }
+USLAB_EXPORT void operator delete(void* p) noexcept { heap::free<true>(p); }
+USLAB_EXPORT void operator delete[](void* p) noexcept { heap::free<true>(p); }
+USLAB_EXPORT void operator delete(void* p, size_t n) noexcept { heap::free_sized<true>(p, n); }
+USLAB_EXPORT void operator delete[](void* p, size_t n) noexcept {
+  heap::free_sized<true>(p, n);
+}
 USLAB_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { heap::free(p); }
 USLAB_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { heap::free(p); }
 USLAB_EXPORT void operator delete(void* p, std::align_val_t) noexcept { heap::free(p); }

@@ -34,9 +34,9 @@ inline void* aligned(size_t align, size_t size) {
 
 extern "C" {
 
-USLAB_EXPORT void* malloc(size_t size) { return heap::alloc(size); }
+USLAB_EXPORT void* malloc(size_t size) { return heap::alloc<true>(size); }
 
-USLAB_EXPORT void free(void* p) { heap::free(p); }
+USLAB_EXPORT void free(void* p) { heap::free<true>(p); }
 
 USLAB_EXPORT void cfree(void* p) { heap::free(p); }
 

@@ -152,11 +152,11 @@ void percpu_free_slow(void* p, unsigned cls);
 [[gnu::noinline]] void* percpu_alloc_retry(unsigned cls);
 void* percpu_alloc_tick(unsigned cls);  // a hit counter carried (see kHitsOffset)
 [[gnu::noinline]] void percpu_free_retry(void* p, unsigned cls);
-// The base form's pop and push (percpu_rseq.h), out of line: the callers reach them by
-// a jump. Each copy of a section inlined into a caller adds a descriptor the loader
-// relocates at start-up; with both forms inlined into every entry point they took
-// two more pages, two more page faults in every process (test/conformance/
-// startup_faults.c).
+// The base form's pop and push (percpu_rseq.h), out of line: callers other than
+// malloc, free, new and delete (heap.h) reach them by a jump. Each copy of a section
+// inlined into a caller adds a descriptor the loader relocates at start-up; with
+// both forms inlined into every entry point they took two more pages, two more page
+// faults in every process (test/conformance/startup_faults.c).
 void* percpu_alloc_base(unsigned cls);
 void percpu_free_base(void* p, unsigned cls);
 
