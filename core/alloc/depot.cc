@@ -51,35 +51,37 @@ void Depot::asked() {
     __atomic_store_n(&asked_epoch_, now, __ATOMIC_RELAXED);
 }
 
-size_t Depot::take(unsigned cls, void** out, size_t n) {
+size_t Depot::take(unsigned cls, void** out, size_t n, size_t slab_n) {
   asked();
-  if (!has_full()) return g_central[shard()][cls].alloc_batch(cls, out, n);  // depot.h
+  if (!has_full()) return g_central[shard()][cls].alloc_batch(cls, out, slab_n);  // depot.h
+  size_t got = 0;
   lock_.lock();
-  if (Sheaf* s = full_) {
-    hits_++;
-    if (s->count > n) {  // a partial take (bulk API): the rest stays in the sheaf
-      s->count -= static_cast<uint32_t>(n);
-      objects_ -= n;
-      memcpy(out, s->objs + s->count, n * sizeof(void*));
-      lock_.unlock();
-      return n;
+  while (Sheaf* s = full_) {
+    if (s->count > n - got) {
+      if (got == 0) {  // a partial take (bulk API): the rest stays in the sheaf
+        hits_++;
+        s->count -= static_cast<uint32_t>(n);
+        objects_ -= n;
+        memcpy(out, s->objs + s->count, n * sizeof(void*));
+        got = n;
+      }
+      break;
     }
+    hits_++;
     full_ = s->next;
     nfull_--;
     if (nfull_ < low_water_) low_water_ = nfull_;
-    size_t k = s->count;
-    objects_ -= k;
-    memcpy(out, s->objs, k * sizeof(void*));
+    objects_ -= s->count;
+    memcpy(out + got, s->objs, s->count * sizeof(void*));
+    got += s->count;
     s->next = empty_;
     empty_ = s;
-    lock_.unlock();
-    return k;
   }
   lock_.unlock();
-  return g_central[shard()][cls].alloc_batch(cls, out, n);
+  return got ? got : g_central[shard()][cls].alloc_batch(cls, out, slab_n);
 }
 
-void Depot::give(unsigned cls, void* const* objs, size_t n, bool remote) {
+void Depot::give(unsigned cls, void* const* objs, size_t n, bool remote, size_t sheaf_n) {
   if (n == 0) return;
   // A class the shard stopped allocating: everything to the slabs (depot.h).
   if (stale()) {
@@ -88,32 +90,32 @@ void Depot::give(unsigned cls, void* const* objs, size_t n, bool remote) {
   }
   // Past the bound without the lock (depot.h); remote drains take it, which counts them.
   if (!remote && at_bound(cls)) return central_free(cls, objs, n);
-  Sheaf* fresh = nullptr;
+  size_t done = 0;
   lock_.lock();
   if (remote) remote_ += n;
-  if (nfull_ < depot_max_full(cls) && !empty_) {
-    lock_.unlock();
-    fresh = sheaf_pool_[shard()].alloc();
-    lock_.lock();
-    if (fresh) {
+  while (done < n && nfull_ < depot_max_full(cls)) {
+    Sheaf* s = empty_;
+    if (!s) {  // a record, made with the lock dropped
+      lock_.unlock();
+      Sheaf* fresh = sheaf_pool_[shard()].alloc();
+      lock_.lock();
+      if (!fresh) break;
       fresh->next = empty_;
       empty_ = fresh;
+      continue;
     }
-  }
-  if (nfull_ < depot_max_full(cls) && empty_) {
-    Sheaf* s = empty_;
     empty_ = s->next;
-    s->count = static_cast<uint32_t>(n);
-    memcpy(s->objs, objs, n * sizeof(void*));
+    const size_t k = n - done < sheaf_n ? n - done : sheaf_n;
+    s->count = static_cast<uint32_t>(k);
+    memcpy(s->objs, objs + done, k * sizeof(void*));
     s->next = full_;
     full_ = s;
     nfull_++;
-    objects_ += n;
-    lock_.unlock();
-    return;
+    objects_ += k;
+    done += k;
   }
   lock_.unlock();
-  central_free(cls, objs, n);
+  if (done < n) central_free(cls, objs + done, n - done);
 }
 
 void Depot::flush(unsigned cls) { release(cls, ~uint32_t{0}); }
@@ -160,14 +162,16 @@ DepotStats Depot::stats() {
   return DepotStats{objects_, hits_, remote_};
 }
 
-void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n) {
+void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n, size_t sheaf_n) {
   // One shard carved the class's slabs (central.h): every object is its. The object
   // was handed out after its slab's bit was set, and reached this thread after that.
   const uint64_t owners = g_central_class_shards[cls].load(std::memory_order_relaxed);
   if (!(owners & (owners - 1))) {
     const unsigned owner = owners ? static_cast<unsigned>(__builtin_ctzll(owners)) : 0;
-    return g_depot[owner][cls].give(cls, objs, n, owner != here);
+    return g_depot[owner][cls].give(cls, objs, n, owner != here, sheaf_n);
   }
+  for (; n > kMaxBatch; objs += kMaxBatch, n -= kMaxBatch)
+    depot_give(here, cls, objs, kMaxBatch, sheaf_n);
   // Grouped by owner, not cut into runs: the drains of a server whose threads free
   // each other's objects alternate owners, and runs of one or two objects made
   // sheaves of one or two objects, so that every refill missed again at once.
@@ -185,7 +189,7 @@ void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n) {
         break;
     }
     if (i == n) {  // one owner (the usual case): no copy
-      g_depot[owner][cls].give(cls, objs, n, owner != here);
+      g_depot[owner][cls].give(cls, objs, n, owner != here, sheaf_n);
       return;
     }
     memcpy(mine, objs, i * sizeof(void*));
@@ -198,7 +202,7 @@ void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n) {
       else
         rest[which][r++] = p;
     }
-    g_depot[owner][cls].give(cls, mine, k, owner != here);
+    g_depot[owner][cls].give(cls, mine, k, owner != here, sheaf_n);
     objs = rest[which];
     which ^= 1;
     n = r;

@@ -3,7 +3,8 @@
 //
 // Owns: for each shard (shard.h) and size class, a list of full Sheafs (arrays of free object
 // pointers moved as one unit) and a list of empty Sheaf records to reuse, as SLUB's "barn". A
-// per-CPU refill takes one full sheaf from its shard's depot (one lock, one copy); a drain leaves
+// per-CPU refill takes one full sheaf from its shard's depot, two for a big CPU sheaf
+// (kSheavesPerMove; one lock, one copy); a drain leaves
 // its objects in the depots of the shards that own them (depot_give), so objects freed on the CPUs
 // of a consumer go back to the CPUs of their producer instead of piling up where nobody allocates
 // them. Only when the depot has no full sheaf does a refill go to its shard's central slab list,
@@ -60,13 +61,16 @@ struct DepotStats {
 // Cache-line aligned: neighbouring classes and shards are locked by different CPUs.
 class alignas(64) Depot {
  public:
-  // Up to n (≤ kMaxBatch) objects into out (a whole sheaf when it holds no more than
-  // n); 0 only when memory cannot be had.
-  size_t take(unsigned cls, void** out, size_t n);
-  // n (≤ kMaxBatch) objects of class cls back, as one full sheaf when there is room;
-  // `remote` when they come from a CPU of another shard (counted). (Callers use
-  // depot_give, which picks the owners' depots.)
-  void give(unsigned cls, void* const* objs, size_t n, bool remote);
+  // Up to n (≤ kMaxRefill) objects into out: whole sheaves while they fit, under one
+  // lock, or part of one when the first holds more than n; from the slabs, when no
+  // full sheaf waits, up to slab_n (≤ n) of them. 0 only when memory cannot be had.
+  size_t take(unsigned cls, void** out, size_t n, size_t slab_n);
+  size_t take(unsigned cls, void** out, size_t n) { return take(cls, out, n, n); }
+  // n (≤ kMaxRefill) objects of class cls back, as full sheaves of up to sheaf_n
+  // (≤ kMaxBatch) while there is room (one lock), the rest to the slabs; `remote` when
+  // they come from a CPU of another shard (counted). (Callers use depot_give, which
+  // picks the owners' depots.)
+  void give(unsigned cls, void* const* objs, size_t n, bool remote, size_t sheaf_n = kMaxBatch);
   // Whether a full sheaf waits here (a racy read: the next take may find none).
   bool has_full() const { return __atomic_load_n(&nfull_, __ATOMIC_RELAXED) != 0; }
   // Whether it holds as many full sheaves as it keeps (racy too): what it is given
@@ -107,10 +111,12 @@ class alignas(64) Depot {
 
 extern Depot g_depot[kMaxShards][kMaxClasses];
 
-// n (≤ kMaxBatch) objects of class cls, freed on a CPU (or thread) of shard `here`,
+// n (≤ kMaxRefill) objects of class cls, freed on a CPU (or thread) of shard `here`,
 // to the depots of the shards that own their slabs, grouped by owner: one depot lock
-// per owner; those of other shards counted as remote.
-void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n);
+// per owner; those of other shards counted as remote. Sheaves of up to sheaf_n: a
+// CPU's moves give a batch a sheaf, as the depot's bound counts them (depot_max_full).
+void depot_give(unsigned here, unsigned cls, void* const* objs, size_t n,
+                size_t sheaf_n = kMaxBatch);
 
 // A class's counters summed over the shards.
 DepotStats depot_stats(unsigned cls);
@@ -121,6 +127,14 @@ void depot_decay_all();
 
 // Batch size of a class: objects per refill/drain (2 … kMaxBatch, about 16 KiB).
 inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
+
+// A CPU sheaf of at least kSheavesPerMove * 2 batches refills and drains
+// kSheavesPerMove depot sheaves at a time, under one depot lock: the lock's two atomic
+// instructions, the miss and the section's setup are paid once for more objects,
+// while the objects stay cached (they only move between the CPU and the depot). A
+// sheaf of fewer batches moves one: two would empty or fill it at once.
+constexpr size_t kSheavesPerMove = 2;
+constexpr size_t kMaxRefill = kSheavesPerMove * kMaxBatch;
 
 // Objects a per-CPU drain gives when the depot has no room for a sheaf, so that they
 // go on to the slabs: two batches (kMaxBatch at most). The class lock costs the same

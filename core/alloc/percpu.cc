@@ -134,7 +134,7 @@ void push_or_give(unsigned cls, void** buf, size_t n) {
   if (n == 0) return;
   n -= on_current_cpu(cls, n, Miss::kNone,
                       [&](uint32_t c) { return percpu_push_batch(c, cls, buf, n); });
-  if (n) depot_give(current_shard(), cls, buf, n);
+  if (n) depot_give(current_shard(), cls, buf, n, batch_size(cls));
 }
 
 // The L2 size (512 KiB … 4 MiB), and no more than a 16 MiB share for `cpus` CPUs
@@ -235,6 +235,15 @@ unsigned current_shard() {
   return c < g_cpu_count ? shard_of_cpu(c) : t_cache->shard;
 }
 
+namespace {
+
+// Depot sheaves a miss of CPU c's sheaf of cls moves (depot.h: kSheavesPerMove).
+size_t sheaves_per_move(uint32_t c, unsigned cls) {
+  return capacity_of(c, cls) >= 2 * kSheavesPerMove * batch_size(cls) ? kSheavesPerMove : 1;
+}
+
+}  // namespace
+
 void* percpu_alloc_slow(unsigned cls) {
   uint32_t c = usable_cpu();
   if (c == kNoCpu) return thread_cache_alloc(cls);
@@ -242,8 +251,9 @@ void* percpu_alloc_slow(unsigned cls) {
   // at 2 KiB (AMD EPYC), for the same work.
   Depot& depot = g_depot[shard_of_cpu(c)][cls];
   on_miss(c, cls, true, depot.has_full());
-  void* buf[kMaxBatch];
-  size_t n = depot.take(cls, buf, batch_size(cls));
+  void* buf[kMaxRefill];
+  const size_t batch = batch_size(cls);
+  size_t n = depot.take(cls, buf, sheaves_per_move(c, cls) * batch, batch);
   USLAB_PROBE(sheaf_refill, cls, n);
   bump(meta_[c].class_refills[cls]);
   if (n == 0) return os::fail_nomem();
@@ -258,15 +268,16 @@ void* percpu_alloc_slow(unsigned cls) {
 }
 
 void percpu_free_slow(void* p, unsigned cls) {
-  void* buf[kMaxBatch];
+  void* buf[kMaxRefill];
   for (;;) {
     uint32_t c = usable_cpu();
     if (c == kNoCpu) return thread_cache_free(p, cls);
     on_miss(c, cls, false);
     // One section: p goes in or, when the sheaf is full, a batch made of its top
     // objects and p goes to the depot (to the slabs past its bound: more of them).
-    size_t n = g_depot[shard_of_cpu(c)][cls].at_bound(cls) ? slab_drain_size(cls)
-                                                            : batch_size(cls);
+    size_t n = g_depot[shard_of_cpu(c)][cls].at_bound(cls)
+                   ? slab_drain_size(cls)
+                   : sheaves_per_move(c, cls) * batch_size(cls);
     long k = percpu_push_draining(c, cls, p, buf, n - 1);
     if (k == kSheafMoved) continue;
     if (k == kSheafDoubleFree) return report_bad_free(p, "double free", cls);
@@ -275,7 +286,7 @@ void percpu_free_slow(void* p, unsigned cls) {
       buf[k++] = p;
       USLAB_PROBE(sheaf_drain, cls, k);
       bump(meta_[c].class_drains[cls]);
-      depot_give(shard_of_cpu(c), cls, buf, static_cast<size_t>(k));
+      depot_give(shard_of_cpu(c), cls, buf, static_cast<size_t>(k), batch_size(cls));
     }
     return;
   }
