@@ -3,9 +3,9 @@
 //
 // Owns: for each shard (shard.h) and size class, a list of full Sheafs (arrays of free object
 // pointers moved as one unit) and a list of empty Sheaf records to reuse, as SLUB's "barn". A
-// per-CPU refill takes one full sheaf from its shard's depot, two for a big CPU sheaf
-// (kSheavesPerMove; one lock, one copy); a drain leaves
-// its objects in the depots of the shards that own them (depot_give), so objects freed on the CPUs
+// per-CPU refill takes one full sheaf from its shard's depot, or two for a big CPU sheaf
+// (kSheavesPerMove: one lock, one copy); a drain leaves its objects, one sheaf a batch, in
+// the depots of the shards that own them (depot_give), so objects freed on the CPUs
 // of a consumer go back to the CPUs of their producer instead of piling up where nobody allocates
 // them. Only when the depot has no full sheaf does a refill go to its shard's central slab list,
 // and then for a whole batch; a drain that finds the depot at its bound frees two batches to the

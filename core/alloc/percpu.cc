@@ -275,9 +275,9 @@ void percpu_free_slow(void* p, unsigned cls) {
     on_miss(c, cls, false);
     // One section: p goes in or, when the sheaf is full, a batch made of its top
     // objects and p goes to the depot (to the slabs past its bound: more of them).
-    size_t n = g_depot[shard_of_cpu(c)][cls].at_bound(cls)
-                   ? slab_drain_size(cls)
-                   : sheaves_per_move(c, cls) * batch_size(cls);
+    const size_t batch = batch_size(cls);
+    size_t n = g_depot[shard_of_cpu(c)][cls].at_bound(cls) ? slab_drain_size(cls)
+                                                            : sheaves_per_move(c, cls) * batch;
     long k = percpu_push_draining(c, cls, p, buf, n - 1);
     if (k == kSheafMoved) continue;
     if (k == kSheafDoubleFree) return report_bad_free(p, "double free", cls);
@@ -286,7 +286,7 @@ void percpu_free_slow(void* p, unsigned cls) {
       buf[k++] = p;
       USLAB_PROBE(sheaf_drain, cls, k);
       bump(meta_[c].class_drains[cls]);
-      depot_give(shard_of_cpu(c), cls, buf, static_cast<size_t>(k), batch_size(cls));
+      depot_give(shard_of_cpu(c), cls, buf, static_cast<size_t>(k), batch);
     }
     return;
   }

@@ -28,14 +28,20 @@ size_t out_of_slabs(unsigned cls) {
   CentralStats s = g_central[0][cls].stats(cls);
   return s.objects - s.free_objects;
 }
+
+// Shard 0's depot of cls, emptied, and asked by a refill (a class in use: not stale).
+Depot& empty_depot_in_use(unsigned cls) {
+  Depot& d = g_depot[0][cls];
+  d.flush(cls);
+  d.asked();
+  return d;
+}
 }  // namespace
 
 TEST_CASE("a sheaf given to the depot comes back whole, or in part to a smaller take") {
   OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(72);
-  Depot& d = g_depot[0][cls];
-  d.flush(cls);
-  d.asked();  // a class in use: not stale
+  Depot& d = empty_depot_in_use(cls);
   const size_t n = batch_size(cls);
   std::vector<void*> objs = from_slabs(cls, n);
   const uint64_t hits = d.stats().hits;
@@ -68,9 +74,7 @@ TEST_CASE("a sheaf given to the depot comes back whole, or in part to a smaller 
 TEST_CASE("a depot keeps at most depot_max_full sheaves; the rest go to the slabs") {
   OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(176);
-  Depot& d = g_depot[0][cls];
-  d.flush(cls);
-  d.asked();
+  Depot& d = empty_depot_in_use(cls);
   const size_t n = batch_size(cls), max = depot_max_full(cls);
   REQUIRE(max >= 1);
   std::vector<std::vector<void*>> batches;
@@ -87,9 +91,7 @@ TEST_CASE("a depot keeps at most depot_max_full sheaves; the rest go to the slab
 TEST_CASE("a CPU's move of two batches is two sheaves, in and out under one lock") {
   OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(600);
-  Depot& d = g_depot[0][cls];
-  d.flush(cls);
-  d.asked();
+  Depot& d = empty_depot_in_use(cls);
   const size_t n = batch_size(cls), max = depot_max_full(cls);
   REQUIRE(kSheavesPerMove == 2);
   REQUIRE(max >= 3);
@@ -190,9 +192,7 @@ TEST_CASE("the depots' bound is shared over the shards that held memory, not all
 TEST_CASE("the decay tick returns the sheaves that no take reached over its last ticks") {
   OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(208);
-  Depot& d = g_depot[0][cls];
-  d.flush(cls);
-  d.asked();  // a class in use: not stale
+  Depot& d = empty_depot_in_use(cls);
   const size_t n = batch_size(cls);
   REQUIRE(depot_max_full(cls) >= 3);
   std::vector<std::vector<void*>> batches;
