@@ -3,8 +3,8 @@
 //
 // Owns: for each shard (shard.h) and size class, a list of full Sheafs (arrays of free object
 // pointers moved as one unit) and a list of empty Sheaf records to reuse, as SLUB's "barn". A
-// per-CPU refill takes one full sheaf from its shard's depot, or two for a big CPU sheaf
-// (kSheavesPerMove: one lock, one copy); a drain leaves its objects, one sheaf a batch, in
+// per-CPU refill takes one full sheaf from its shard's depot, or up to kSheavesPerMove for a
+// big CPU sheaf (one lock, one copy); a drain leaves its objects, one sheaf a batch, in
 // the depots of the shards that own them (depot_give), so objects freed on the CPUs
 // of a consumer go back to the CPUs of their producer instead of piling up where nobody allocates
 // them. Only when the depot has no full sheaf does a refill go to its shard's central slab list,
@@ -128,12 +128,13 @@ void depot_decay_all();
 // Batch size of a class: objects per refill/drain (2 … kMaxBatch, about 16 KiB).
 inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
 
-// A CPU sheaf of at least kSheavesPerMove * 2 batches refills and drains
-// kSheavesPerMove depot sheaves at a time, under one depot lock: the lock's two atomic
-// instructions, the miss and the section's setup are paid once for more objects,
-// while the objects stay cached (they only move between the CPU and the depot). A
-// sheaf of fewer batches moves one: two would empty or fill it at once.
-constexpr size_t kSheavesPerMove = 2;
+// A CPU sheaf refills and drains up to half its capacity, at most kSheavesPerMove
+// depot sheaves, at a time under one depot lock: the lock's two atomic instructions,
+// the miss and the section's setup are paid once for more objects, while the objects
+// stay cached (they only move between the CPU and the depot); a move of more than half
+// would empty or fill the sheaf at once. Four rather than two: N x alloc and N x free
+// of 8-32 B 0.2-0.7 cycles faster on the Intel VM, `bench rss` unchanged.
+constexpr size_t kSheavesPerMove = 4;
 constexpr size_t kMaxRefill = kSheavesPerMove * kMaxBatch;
 
 // Objects a per-CPU drain gives when the depot has no room for a sheaf, so that they

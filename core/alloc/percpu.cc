@@ -237,9 +237,11 @@ unsigned current_shard() {
 
 namespace {
 
-// Depot sheaves a miss of CPU c's sheaf of cls moves (depot.h: kSheavesPerMove).
+// Depot sheaves a miss of CPU c's sheaf of cls moves: up to half its capacity, at most
+// kSheavesPerMove (depot.h).
 size_t sheaves_per_move(uint32_t c, unsigned cls) {
-  return capacity_of(c, cls) >= 2 * kSheavesPerMove * batch_size(cls) ? kSheavesPerMove : 1;
+  const size_t half = capacity_of(c, cls) / (2 * batch_size(cls));
+  return half < 1 ? 1 : half < kSheavesPerMove ? half : kSheavesPerMove;
 }
 
 }  // namespace

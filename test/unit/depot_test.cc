@@ -88,40 +88,42 @@ TEST_CASE("a depot keeps at most depot_max_full sheaves; the rest go to the slab
   CHECK(out_of_slabs(cls) == out - (max + 2) * n);
 }
 
-TEST_CASE("a CPU's move of two batches is two sheaves, in and out under one lock") {
+TEST_CASE("a CPU's move of several batches is as many sheaves, in and out under one lock") {
   OwnTicks ticks;  // no tick but the test's own empties the depot
   const unsigned cls = size_to_class(600);
   Depot& d = empty_depot_in_use(cls);
-  const size_t n = batch_size(cls), max = depot_max_full(cls);
-  REQUIRE(kSheavesPerMove == 2);
-  REQUIRE(max >= 3);
-  REQUIRE(2 * n <= kMaxBatch);  // one sheaf could hold both: the bound counts batches
-  std::vector<void*> two = from_slabs(cls, 2 * n);
+  const size_t n = batch_size(cls), max = depot_max_full(cls), k = kSheavesPerMove;
+  REQUIRE(k >= 2);
+  REQUIRE(k * n <= kMaxRefill);
+  REQUIRE(max >= k + 1);
+  REQUIRE(2 * n <= kMaxBatch);  // one sheaf could hold two batches: the bound counts batches
+  std::vector<void*> all = from_slabs(cls, k * n);
   const uint64_t hits = d.stats().hits;
-  d.give(cls, two.data(), 2 * n, false, n);
-  CHECK(d.stats().objects == 2 * n);
-  // Both sheaves in one take, the newest first.
-  std::vector<void*> out(2 * n);
-  REQUIRE(d.take(cls, out.data(), 2 * n, n) == 2 * n);
-  CHECK(d.stats().hits == hits + 2);
-  CHECK(std::equal(out.begin(), out.begin() + n, two.begin() + n));
-  CHECK(std::equal(out.begin() + n, out.end(), two.begin()));
+  d.give(cls, all.data(), k * n, false, n);
+  CHECK(d.stats().objects == k * n);
+  // Every sheaf in one take, the newest first.
+  std::vector<void*> out(k * n);
+  REQUIRE(d.take(cls, out.data(), k * n, n) == k * n);
+  CHECK(d.stats().hits == hits + k);
+  for (size_t i = 0; i < k; i++)
+    CHECK(std::equal(out.begin() + i * n, out.begin() + (i + 1) * n,
+                     all.begin() + (k - 1 - i) * n));
   // One sheaf waits: the take gets it alone, not part of the slabs' too.
   d.give(cls, out.data(), n, false, n);
-  REQUIRE(d.take(cls, out.data(), 2 * n, n) == n);
-  // None waits: a batch from the slabs, not two (two raised peaks: slab_drain_size).
-  std::vector<void*> fresh(2 * n);
-  REQUIRE(d.take(cls, fresh.data(), 2 * n, n) == n);
-  // At one sheaf below the bound, two batches keep one sheaf; the other goes on to
-  // the slabs.
+  REQUIRE(d.take(cls, out.data(), k * n, n) == n);
+  // None waits: a batch from the slabs, not k (more raised peaks: slab_drain_size).
+  std::vector<void*> fresh(k * n);
+  REQUIRE(d.take(cls, fresh.data(), k * n, n) == n);
+  // At one sheaf below the bound, k batches keep one sheaf; the others go on to the
+  // slabs.
   std::vector<std::vector<void*>> batches;
   for (size_t i = 0; i + 1 < max; i++) batches.push_back(from_slabs(cls, n));
   for (auto& b : batches) d.give(cls, b.data(), n, false, n);
   REQUIRE(d.stats().objects == (max - 1) * n);
   const size_t out_before = out_of_slabs(cls);
-  d.give(cls, two.data(), 2 * n, false, n);
+  d.give(cls, all.data(), k * n, false, n);
   CHECK(d.stats().objects == max * n);
-  CHECK(out_of_slabs(cls) == out_before - n);
+  CHECK(out_of_slabs(cls) == out_before - (k - 1) * n);
   d.flush(cls);
   central_free(cls, fresh.data(), n);
 }
