@@ -1,20 +1,22 @@
 // core/alloc/percpu.h: what the decay does to the per-CPU sheaves: a tick empties
 // the sheaves of classes that served from them without a miss, keeps those of classes
 // that missed, drains those idle for kCacheIdleTicks ticks, and a CPU whose sheaves
-// were all drained gives its
-// slot pages back (those of its empty deferred-free and remote-node sheaves too) and
-// uses them again. (The rseq sections: percpu_rseq_test.cc; the
-// capacity policy: capacity_test.cc.) Per-CPU mode only: in the per-thread mode the
-// thread caches' rules apply (thread_cache_test.cc).
+// were all drained gives its slot pages back (those of its empty deferred-free and
+// remote-node sheaves too) and uses them again; how much a drain past the depot's
+// bound and a refill move. (The rseq sections: percpu_rseq_test.cc; the capacity
+// policy: capacity_test.cc.) Per-CPU mode only: in the per-thread mode the thread
+// caches' rules apply (thread_cache_test.cc).
 #include <catch2/catch.hpp>
 #include <sched.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
 #include <vector>
 
+#include "core/alloc/percpu_meta.h"
 #include "core/heap.h"
 #include "test/unit/synthetic.h"
 
@@ -187,5 +189,48 @@ TEST_CASE("a drain past the depot's bound moves two batches to the slabs, a refi
   REQUIRE(calls > 0);
   CHECK(back / calls > batch_size(cls));
   heap::free(first);
+  depot.flush(cls);
+}
+
+TEST_CASE("a refill moves up to kSheavesPerMove depot sheaves and half the sheaf at most") {
+  // One depot lock for several sheaves (depot.h): N x alloc and N x free of 8-32 B
+  // paid it every two batches; a move never empties or fills more than half the sheaf.
+  heap::free(heap::alloc(16));
+  if (!g_percpu || !rseq_fence_available()) return;
+  PinnedToOneCpu pinned;
+  OwnTicks ticks;
+  const uint32_t c = static_cast<uint32_t>(pinned.cpu);
+  const unsigned cls = size_to_class(16), shard = shard_of_cpu(c);
+  const size_t batch = batch_size(cls);
+  // Misses grow the class's sheaf to its most.
+  std::vector<void*> objs(4096);
+  for (int r = 0; r < 8; r++) {
+    for (void*& p : objs) p = heap::alloc(16);
+    for (void* p : objs) heap::free(p);
+  }
+  REQUIRE(percpu_internal::capacity_of(c, cls) >= 2 * kSheavesPerMove * batch);
+  // The sheaf emptied without a miss, the depot holding one sheaf more than a move.
+  std::vector<void*> held(percpu_internal::cached_of(c, cls));
+  for (void*& p : held) p = heap::alloc(16);
+  REQUIRE(percpu_internal::cached_of(c, cls) == 0);
+  Depot& depot = g_depot[shard][cls];
+  depot.flush(cls);
+  depot.asked();
+  std::vector<void*> stock((kSheavesPerMove + 1) * batch);
+  REQUIRE(g_central[shard][cls].alloc_batch(cls, stock.data(), stock.size()) == stock.size());
+  depot.give(cls, stock.data(), stock.size(), false, batch);
+  REQUIRE(depot.stats().objects == stock.size());
+  const uint64_t hits = depot.stats().hits;
+  void* p = heap::alloc(16);  // the miss
+  const size_t cap = percpu_internal::capacity_of(c, cls);
+  const size_t moved = std::min<size_t>(kSheavesPerMove, cap / (2 * batch));
+  INFO("capacity " << cap << ", batch " << batch);
+  CHECK(moved == kSheavesPerMove);
+  CHECK(depot.stats().hits == hits + moved);
+  CHECK(depot.stats().objects == stock.size() - moved * batch);
+  CHECK(percpu_internal::cached_of(c, cls) == moved * batch - 1);
+  heap::free(p);
+  for (void* q : held) heap::free(q);
+  percpu_drain_all();
   depot.flush(cls);
 }
