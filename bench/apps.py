@@ -17,6 +17,8 @@ import os
 import subprocess
 import time
 
+from common import preload_env
+
 SQLITE_SCRIPT = """
 CREATE TABLE t(id INTEGER PRIMARY KEY, a INTEGER, b TEXT, c REAL);
 WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 300000)
@@ -225,10 +227,7 @@ def redis_run(lib, work):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    if lib:
-        env["LD_PRELOAD"] = lib
+    env = preload_env(lib)
     server = subprocess.Popen(["redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
                                "--appendonly", "no", "--dir", work, "--logfile",
                                os.path.join(work, "redis.log")], env=env)

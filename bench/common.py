@@ -1,5 +1,5 @@
 """bench/common.py — what every benchmark family shares: the allocators compared
-(uslab, and each peer whose Debian package is installed), running a program under
+(uslab, each peer whose Debian package is installed, and any named by --vs), running a program under
 one of them (LD_PRELOAD) and reading its JSON lines, alternating allocators over
 rounds, instruction counts under callgrind, the machine's description, geometric
 means."""
@@ -10,6 +10,8 @@ import platform
 import subprocess
 import sys
 import tempfile
+
+from launch import allocator_env
 
 MULTIARCH = "x86_64-linux-gnu"
 
@@ -23,8 +25,10 @@ PEERS = {
 
 
 def preload_env(lib, extra_env=None):
-    """This process's environment with lib preloaded ("" = none: glibc) and extra_env."""
+    """This process's environment with lib preloaded ("" = none: glibc), the
+    environment the allocator needs (launch.allocator_env) and extra_env."""
     env = dict(os.environ)
+    env.update(allocator_env(lib))
     env.update(extra_env or {})
     env.pop("LD_PRELOAD", None)
     if lib:
@@ -80,11 +84,24 @@ def callgrind_instructions(cmd, lib, functions, extra_env=None):
             return next(int(line.split()[1]) for line in f if line.startswith("totals:"))
 
 
-def allocators(build):
-    """{name: library to preload ("" = glibc)}: uslab from build, then the peers
-    installed here."""
+def allocators(build, extra=()):
+    """{name: library to preload ("" = glibc)}: uslab from build, the peers installed
+    here, then each NAME=PATH of extra (a peer built elsewhere; a name of the list
+    above takes that library instead)."""
     allocs = {"uslab": os.path.join(build, "libuslab.so")}
     for name, lib in PEERS.items():
         if not lib or os.path.exists(lib):
             allocs[name] = lib
+    for spec in extra:
+        name, sep, lib = spec.partition("=")
+        if not sep or not name or name == "uslab":
+            sys.exit(f"uslab bench: --vs takes NAME=PATH (a name other than uslab), not '{spec}'")
+        if not os.path.isfile(lib):
+            sys.exit(f"uslab bench: --vs {name}: no library at '{lib}'")
+        allocs[name] = os.path.abspath(lib)
     return allocs
+
+
+def peers_of(allocs):
+    """The allocators a ratio's "best peer" is taken from: all but uslab and glibc."""
+    return [a for a in allocs if a not in ("uslab", "glibc")]

@@ -4,6 +4,7 @@ the command itself, from wait4's rusage), with perf's hardware counters where th
 machine has them, and the dynamic linker's bindings of `malloc` (LD_DEBUG=bindings),
 which say whether the preloaded allocator served the program at all. Used by uslab ab
 (tools/ab.py) and by the apps and suite benchmarks (bench/programs.py)."""
+import functools
 import hashlib
 import os
 import re
@@ -35,6 +36,26 @@ def bundled_allocator(cmd0):
     except OSError:
         return None
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def registers_rseq(lib):
+    """Whether the library registers rseq itself (defines the ABI's __rseq_abi, as
+    Google's tcmalloc does): glibc 2.35+ registers first, and the library's per-CPU
+    mode then stays off without telling."""
+    if not lib:
+        return False
+    r = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True)
+    return any(line.split()[-1:] == ["__rseq_abi"] for line in r.stdout.splitlines())
+
+
+def allocator_env(lib):
+    """The environment an allocator needs to run as it was built to ({} for most): one
+    that registers rseq itself gets glibc's registration off (glibc.pthread.rseq=0)."""
+    if not registers_rseq(lib):
+        return {}
+    tunables = os.environ.get("GLIBC_TUNABLES")
+    return {"GLIBC_TUNABLES": (tunables + ":" if tunables else "") + "glibc.pthread.rseq=0"}
 
 
 def perf_events():
@@ -82,12 +103,12 @@ def run_once(spawn, cmd, lib, events, tmp, stdin_path, bindings_dir=None, cwd=No
              command_env=None, keep_stdout=False):
     """One run (in cwd); returns a dict of measures, the exit status and a hash of stdout
     (the stdout itself with keep_stdout). With bindings_dir, LD_DEBUG=bindings writes
-    the dynamic linker's bindings there; command_env is added to the command's
-    environment."""
+    the dynamic linker's bindings there; the allocator's own (allocator_env) and
+    command_env are added to the command's environment."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     # The preload (and the bindings' log) for the command alone, through spawn.
-    child = [f"{k}={v}" for k, v in (command_env or {}).items()]
+    child = [f"{k}={v}" for k, v in dict(allocator_env(lib), **(command_env or {})).items()]
     child += [f"LD_PRELOAD={lib}"] if lib else []
     if bindings_dir:
         child += ["LD_DEBUG=bindings", f"LD_DEBUG_OUTPUT={os.path.join(bindings_dir, 'ld')}"]

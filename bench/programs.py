@@ -10,7 +10,7 @@ import sys
 import tempfile
 
 import launch
-from common import alternate, geomean
+from common import alternate, geomean, peers_of, preload_env
 
 def compare_programs(args, allocs, out, key, programs, run, command):
     """Runs every program (objects with .name, .compare, .check) under every allocator,
@@ -18,7 +18,7 @@ def compare_programs(args, allocs, out, key, programs, run, command):
     peak_rss_mib, exit status, stdout digest, stdout, why not served or None). Warm-ups
     first: the reference output (glibc's, or the first allocator's that served the
     program) and which allocators served it. Prints the table of medians, the ratios to
-    jemalloc and to the best of jemalloc/mimalloc/tcmalloc, the geometric means; returns
+    jemalloc and to the best peer (common.peers_of), the geometric means; returns
     {(program, alloc): (time, RSS)} medians."""
     results = {}      # (program, allocator) -> [run]
     flagged = []      # (program, allocator, why)
@@ -55,7 +55,7 @@ def compare_programs(args, allocs, out, key, programs, run, command):
 
     alternate(allocs, args.rounds, one)
     names = list(allocs)
-    peers = [p for p in ("jemalloc", "mimalloc", "tcmalloc") if p in allocs]
+    peers = peers_of(allocs)
     print(f"Command: {command}\n")
     print("| program | " + " | ".join(f"{a} s / MiB" for a in names) +
           " | uslab/jemalloc time, RSS | uslab / best peer: time, RSS |")
@@ -228,9 +228,8 @@ def bench_security(args, allocs, out):
         rows.setdefault(base, {}).setdefault(size, {})
 
     def one(a, lib):
-        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "USLAB_CONF")}
-        if lib:
-            env["LD_PRELOAD"] = lib
+        env = preload_env(lib)
+        env.pop("USLAB_CONF", None)
         if a in SECURITY_CONFIGS:
             env["USLAB_CONF"] = SECURITY_CONFIGS[a]
         for base, sizes in rows.items():

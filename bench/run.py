@@ -78,8 +78,13 @@ With --plot DIR, PNG charts (matplotlib) of what ran: cycles per operation by si
 per-object cost by bulk size, throughput and peak RSS by workload, peak RSS of the
 1000-thread test, per-phase cycles of the concurrent test.
 
+--vs NAME=PATH (repeatable) adds an allocator built outside Debian's packages (mimalloc
+v3, snmalloc, Google's tcmalloc: the README says how to build them), preloaded from PATH
+with the environment it needs (launch.allocator_env: one that registers rseq itself
+gets glibc.pthread.rseq=0); a name of the installed peers takes PATH instead.
+
 usage: run.py --build DIR [NAME...] [--rounds N] [--json FILE] [--plot DIR]
-              [--sizes S,S,...] [--suite MIMALLOC_BENCH_DIR]
+              [--sizes S,S,...] [--suite MIMALLOC_BENCH_DIR] [--vs NAME=PATH]...
 
 The families live in their own modules: speed.py (micro, bulk, concurrent, firstuse,
 startup, instructions, prof), threaded.py (threads, falseshare, mem, numa, deferred),
@@ -164,6 +169,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--plot", metavar="DIR")
     ap.add_argument("--suite", metavar="DIR", help="a built mimalloc-bench checkout (bench suite)")
+    ap.add_argument("--vs", metavar="NAME=PATH", action="append", default=[],
+                    help="also compare the allocator built at PATH, as NAME (repeatable)")
     ap.add_argument("--record", metavar="RESULTS_MD",
                     help="write the tables into RESULTS_MD (bench/record.py)")
     args = ap.parse_args()
@@ -174,7 +181,7 @@ def main():
             sys.exit(f"uslab bench: unknown benchmark '{name}' "
                      f"(available: {', '.join(BENCHMARKS)})")
 
-    allocs = allocators(args.build)
+    allocs = allocators(args.build, args.vs)
     out = {"machine": machine(), "tables": {},
            "meta": {"date": datetime.date.today().isoformat(), "commit": commit(),
                     "cpus": os.cpu_count() or 1}}

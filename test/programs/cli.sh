@@ -111,6 +111,22 @@ if command -v redis-server >/dev/null; then
     "ab refuses the ratio against glibc for a program linked with jemalloc ($(cat "$work/own.out"))"
 fi
 
+# An allocator built elsewhere, by path (--vs NAME=PATH): one that registers rseq
+# itself (defines __rseq_abi, as Google's tcmalloc) runs with glibc's registration
+# off, and only it; the stand-ins print what the command sees.
+printf '__thread char __rseq_abi[32] __attribute__((aligned(32)));\n' | cc -shared -fPIC -x c - -o "$work/librs.so"
+printf 'int plain_symbol;\n' | cc -shared -fPIC -x c - -o "$work/libplain.so"
+tun=$(GLIBC_TUNABLES= "$uslab" run --allocator rs="$work/librs.so" -- sh -c 'echo "[$GLIBC_TUNABLES]"')
+check '[ "$tun" = "[glibc.pthread.rseq=0]" ]' "run: an allocator that registers rseq gets glibc's off ($tun)"
+tun=$(GLIBC_TUNABLES= "$uslab" run --allocator plain="$work/libplain.so" -- sh -c 'echo "[$GLIBC_TUNABLES]"')
+check '[ "$tun" = "[]" ]' "run: any other allocator by path keeps glibc's rseq ($tun)"
+"$uslab" run --allocator nope="$work/missing.so" -- true 2>"$work/nope.err"
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "no library at" "$work/nope.err"' "run refuses a path with no library ($(cat "$work/nope.err"))"
+GLIBC_TUNABLES= "$uslab" ab -n 1 --vs plain="$work/libplain.so" --vs rs="$work/librs.so" -- sh -c 'echo "[$GLIBC_TUNABLES]"' > "$work/vs.out" 2>/dev/null
+check 'grep -q "uslab/plain" "$work/vs.out" && grep -q "^Flagged: rs run 1: output differs" "$work/vs.out" && ! grep -q "^Flagged: plain" "$work/vs.out"' \
+  "ab --vs NAME=PATH: each by name, the rseq one with glibc's rseq off ($(cat "$work/vs.out"))"
+
 # --plot needs matplotlib, which uslab bench installs when asked; checked where it is
 # already there (the test does not install it).
 plot=()
@@ -135,6 +151,12 @@ fake rptest '"no line"'
 "$uslab" bench suite --suite "$mb" --rounds 1 > "$work/suite.out" 2>/dev/null
 check 'grep -q "^| cfrac | " "$work/suite.out" && grep -q "^| larsonN | 1.234 / " "$work/suite.out" && grep -q "^Flagged: uslab under rptestN: its own check failed" "$work/suite.out" && grep -q "^Skipped: sh8benchN" "$work/suite.out"' \
   "bench suite tables the stand-in programs, their own times, flags a run without its line ($(head -c 600 "$work/suite.out"))"
+"$uslab" bench suite --suite "$mb" --rounds 1 --vs other="/usr/lib/$(gcc -print-multiarch)/libjemalloc.so.2" > "$work/suite3.out" 2>/dev/null
+check 'grep -q "| other s / MiB |" "$work/suite3.out" && grep -q "^| cfrac | " "$work/suite3.out"' \
+  "bench --vs NAME=PATH adds a column ($(head -c 600 "$work/suite3.out"))"
+"$uslab" bench suite --suite "$mb" --rounds 1 --vs other="$work/missing.so" > "$work/suite4.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "no library at" "$work/suite4.out"' "bench --vs refuses a path with no library"
 "$uslab" bench suite --suite "$work" --rounds 1 > "$work/suite2.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "not a built mimalloc-bench checkout" "$work/suite2.out"' "bench suite refuses a folder that is not a checkout"
