@@ -17,14 +17,14 @@ namespace {
 size_t hand_out_bulk(unsigned cls, size_t n, void** out) {
   for (size_t i = 0; i < n; i++) track_alloc(out[i], class_size(cls), cls >= kFirstCacheClass);
   if (__builtin_expect(!g_sampling, 1)) return n;
-  for (size_t i = 0; i < n; i++)
-    if (sample_large(class_size(cls)))
-      if (void* q = g_sample_hooks->small(cls)) {
-        if (ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr)
-          obj_cache_on_free(c, out[i]);
-        free_object(out[i], cls);
-        out[i] = q;
-      }
+  const size_t bytes = class_size(cls);
+  for (size_t i = sample_large_run(bytes, n); i < n; i += 1 + sample_large_run(bytes, n - i - 1))
+    if (void* q = g_sample_hooks->small(cls)) {
+      if (ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr)
+        obj_cache_on_free(c, out[i]);
+      free_object(out[i], cls);
+      out[i] = q;
+    }
   return n;
 }
 

@@ -220,4 +220,17 @@ bool sample_large(size_t bytes) {
   return true;
 }
 
+size_t sample_large_run(size_t bytes, size_t n) {
+  if (n == 0) return 0;
+  uint64_t left = t_large_left;
+  if (left == 0) left = sample_draw_bytes();
+  if (bytes == 0 || n < left / bytes + (left % bytes != 0)) {  // n * bytes < left
+    t_large_left = left - n * bytes;
+    return n;
+  }
+  // Object k is the first whose bytes reach what is left after the k before it.
+  t_large_left = sample_draw_bytes();
+  return static_cast<size_t>((left - 1) / bytes);
+}
+
 }  // namespace uslab

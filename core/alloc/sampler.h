@@ -93,5 +93,9 @@ inline uint64_t sample_bank_delta(uint16_t old, uint16_t now) {
 // Large and huge allocations: whether an allocation of `bytes` is sampled (the
 // calling thread's byte countdown).
 bool sample_large(size_t bytes);
+// A bulk allocation's n objects of `bytes` each on the same countdown, as n calls of
+// sample_large would take them: the index of the first one sampled (n when none; the
+// caller asks again for the objects after it), one step for the whole run.
+size_t sample_large_run(size_t bytes, size_t n);
 
 }  // namespace uslab

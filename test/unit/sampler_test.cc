@@ -29,6 +29,34 @@ TEST_CASE("sampling draws have the mean the weights assume") {
   CHECK(double(sampled) / n == Approx(sample_probability(300000)).epsilon(0.03));
 }
 
+TEST_CASE("a bulk run's objects are sampled as one by one, at any place in the run") {
+  MeanGuard g(512 << 10);
+  CHECK(sample_large_run(64, 0) == 0);
+  for (size_t size : {64u, 4096u, 300000u}) {
+    for (size_t n : {1u, 7u, 64u}) {
+      // Runs of n objects of size bytes, each sampled one asked again for the rest:
+      // the rate per object is p, and every index of a run is reached.
+      // About 4000 samples expected: 5 sigma is 8%.
+      const size_t runs = size_t(4000 / (double(n) * sample_probability(size))) + 1;
+      size_t sampled = 0, first = 0, last = 0;
+      for (size_t r = 0; r < runs; r++)
+        for (size_t i = sample_large_run(size, n); i < n;
+             i += 1 + sample_large_run(size, n - i - 1)) {
+          REQUIRE(i < n);
+          sampled++;
+          first += i == 0;
+          last += i == n - 1;
+        }
+      const double expect = double(runs) * double(n) * sample_probability(size);
+      INFO("size " << size << ", runs of " << n << ": " << sampled << " sampled, expected "
+                   << expect);
+      CHECK(double(sampled) == Approx(expect).epsilon(0.08));
+      CHECK(first > 0);
+      CHECK(last > 0);
+    }
+  }
+}
+
 TEST_CASE("a stream's legs add up to its draw, and its last carry is the sampled one") {
   // Drawn counts beyond one lap of the hit counter (4096 pops) take several carries.
   for (uint64_t n : {1ull, 17ull, 4096ull, 4097ull, 10000ull, 123457ull}) {
