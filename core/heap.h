@@ -167,8 +167,32 @@ inline void free_sized(void* p, size_t size) {
 size_t alloc_bulk_class(unsigned cls, size_t n, void** out);
 void free_bulk_class(unsigned cls, void* const* ptrs, size_t n);
 // uslab_alloc_bulk / uslab_free_bulk (any pointers uslab handed out; NULLs skipped).
-size_t alloc_bulk(size_t size, size_t n, void** out);
-void free_bulk(size_t n, void* const* ptrs);
+// A bulk of one small object is malloc's or free's fast path, inline as theirs; up
+// to kBulkSingles objects take single pops and pushes (a batch section and the
+// calls to it cost more than that many); larger bulks move whole batches.
+constexpr size_t kBulkSingles = 4;
+size_t alloc_bulk_few(unsigned cls, size_t n, void** out);  // 0 < n ≤ kBulkSingles
+size_t alloc_bulk_batch(size_t size, size_t n, void** out);
+void free_bulk_few(size_t n, void* const* ptrs);
+void free_bulk_batch(size_t n, void* const* ptrs);
+inline size_t alloc_bulk(size_t size, size_t n, void** out) {
+  if (__builtin_expect(n - 1 < kBulkSingles && size <= kMaxSmall, 1)) {
+    if (n > 1) return alloc_bulk_few(size_to_class(size), n, out);
+    void* p = alloc_class<true>(size_to_class(size));
+    out[0] = p;
+    return p != nullptr;
+  }
+  return alloc_bulk_batch(size, n, out);
+}
+inline void free_bulk(size_t n, void* const* ptrs) {
+  if (__builtin_expect(n == 1, 1)) {
+    if (ptrs[0]) free<true>(ptrs[0]);
+  } else if (n <= kBulkSingles) {
+    free_bulk_few(n, ptrs);
+  } else {
+    free_bulk_batch(n, ptrs);
+  }
+}
 
 // Object caches (uslab_cache_*); see core/alloc/obj_cache.h.
 ObjCache* cache_create(const char* name, size_t size, size_t align, unsigned flags,

@@ -102,7 +102,16 @@ void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
   put_back_bulk(cls, ptrs, n);
 }
 
-size_t alloc_bulk(size_t size, size_t n, void** out) {
+size_t alloc_bulk_few(unsigned cls, size_t n, void** out) {
+  for (size_t i = 0; i < n; i++)
+    if (__builtin_expect(!(out[i] = alloc_class<true>(cls)), 0)) {
+      for (size_t j = 0; j < i; j++) free_object(out[j], cls);
+      return 0;
+    }
+  return n;
+}
+
+size_t alloc_bulk_batch(size_t size, size_t n, void** out) {
   if (n == 0) return 0;
   if (size <= kMaxSmall) return alloc_bulk_class(size_to_class(size), n, out);
   for (size_t i = 0; i < n; i++) {
@@ -149,7 +158,12 @@ __attribute__((noinline)) Span* bulk_lookup(void* p, unsigned* cls, const ObjCac
 
 }  // namespace
 
-void free_bulk(size_t n, void* const* ptrs) {
+void free_bulk_few(size_t n, void* const* ptrs) {
+  for (size_t i = 0; i < n; i++)
+    if (ptrs[i]) free<true>(ptrs[i]);
+}
+
+void free_bulk_batch(size_t n, void* const* ptrs) {
   // Consecutive objects of one class are freed in place as one run (one batch); the
   // slab of the previous pointer is checked first. A pointer outside it whose
   // successor is on another page starts no run (mixed sizes, as in a deferred-free

@@ -80,14 +80,22 @@ static void test_bulk_every_class(void) {
       objs[i] = NULL;
     }
     uslab_free_bulk(n, objs);
-    /* Bulks of one and two take the single-object path: distinct, usable objects. */
-    for (size_t k = 1; k <= 2; k++) {
-      objs[1] = NULL;
+    /* Bulks of up to four take the single-object paths, five a batch: distinct,
+     * usable objects, nothing written past the k asked; freed with a NULL hole. */
+    for (size_t k = 1; k <= 5; k++) {
+      for (size_t i = 0; i <= k; i++) objs[i] = NULL;
       CHECK(uslab_alloc_bulk(size, k, objs) == k);
-      CHECK(objs[0] != NULL && malloc_usable_size(objs[0]) >= size);
-      CHECK(k == 1 ? objs[1] == NULL : objs[1] != NULL && objs[1] != objs[0]);
-      for (size_t i = 0; i < k; i++) fill(objs[i], size);
+      CHECK(objs[k] == NULL);
+      for (size_t i = 0; i < k; i++) {
+        CHECK(objs[i] != NULL && malloc_usable_size(objs[i]) >= size);
+        for (size_t j = 0; j < i; j++) CHECK(objs[i] != objs[j]);
+        fill(objs[i], size);
+      }
       for (size_t i = 0; i < k; i++) CHECK(intact(objs[i], size));
+      if (k >= 2) {
+        free(objs[k - 2]);
+        objs[k - 2] = NULL;
+      }
       uslab_free_bulk(k, objs);
     }
   }
@@ -298,10 +306,24 @@ static void test_all_or_nothing(void) {
   CHECK(pairs < 50000 && got == 0 && errno == ENOMEM);
   for (size_t i = 0; i < pairs; i++) CHECK(((unsigned char *)out[2 * i + 1])[32767] == 0x5a);
   uslab_free_bulk(2 * pairs, out);
+  /* The same with bulks of three (single pops): with 0, 1 and 2 objects held aside
+   * the failing pop is the first, second or third; the call gives back what it had. */
+  for (int aside = 0; aside < 3; aside++) {
+    void *held[2] = {NULL, NULL};
+    for (int i = 0; i < aside; i++) CHECK((held[i] = malloc(32768)) != NULL);
+    size_t triples = 0;
+    for (errno = 0;
+         triples < 30000 && (got = uslab_alloc_bulk(32768, 3, out + 3 * triples)) == 3; triples++)
+      memset(out[3 * triples + 2], 0x5b, 32768);
+    CHECK(triples < 30000 && got == 0 && errno == ENOMEM);
+    for (size_t i = 0; i < triples; i++) CHECK(((unsigned char *)out[3 * i + 2])[32767] == 0x5b);
+    uslab_free_bulk(3 * triples, out);
+    uslab_free_bulk(2, held);
+  }
   free(odd);
   /* Nothing stayed allocated, and the heap still works. */
   struct mallinfo2 after = mallinfo2();
-  CHECK(after.uordblks <= before.uordblks + (64u << 10));
+  CHECK(after.uordblks <= before.uordblks + (16u << 10)); /* less than one object */
   CHECK(uslab_alloc_bulk(64, 1000, out) == 1000);
   uslab_free_bulk(1000, out);
   uslab_cache_destroy(c);
