@@ -204,8 +204,18 @@ inline void* cache_alloc(ObjCache* c) {
   return p;
 }
 void cache_free(ObjCache* c, void* p);
-size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out);
-void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs);
+// The bulk calls of a cache: a bulk of one is cache_alloc or cache_free (a batch
+// that small costs more), larger ones move whole batches.
+size_t cache_alloc_bulk_batch(ObjCache* c, size_t n, void** out);
+void cache_free_bulk_batch(ObjCache* c, size_t n, void* const* ptrs);
+inline size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out) {
+  if (__builtin_expect(n == 1, 1)) return (out[0] = cache_alloc(c)) != nullptr;
+  return cache_alloc_bulk_batch(c, n, out);
+}
+inline void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
+  if (__builtin_expect(n == 1, 1)) return cache_free(c, ptrs[0]);
+  cache_free_bulk_batch(c, n, ptrs);
+}
 
 // True when uslab has a span at p's page (p may still be an interior pointer).
 inline bool owns(const void* p) { return PageMap::entry(p) != 0; }

@@ -248,14 +248,14 @@ void cache_free(ObjCache* c, void* p) {
   free_object(p, c->cls);
 }
 
-size_t cache_alloc_bulk(ObjCache* c, size_t n, void** out) {
+size_t cache_alloc_bulk_batch(ObjCache* c, size_t n, void** out) {
   if (alloc_bulk_class(c->cls, n, out) != n || n == 0) return 0;
   if (c->flags & (kCacheZero | kCachePoison))
     for (size_t i = 0; i < n; i++) obj_cache_on_alloc(c, out[i]);
   return n;
 }
 
-void cache_free_bulk(ObjCache* c, size_t n, void* const* ptrs) {
+void cache_free_bulk_batch(ObjCache* c, size_t n, void* const* ptrs) {
   // Runs of valid objects are freed in place; NULLs, guarded objects (freed by
   // slab_object) and foreign pointers (reported) end a run. As in free_bulk, a freed
   // run's slab is not trusted afterwards.
