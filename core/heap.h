@@ -171,7 +171,7 @@ void free_bulk_class(unsigned cls, void* const* ptrs, size_t n);
 // to kBulkSingles objects take single pops and pushes (a batch section and the
 // calls to it cost more than that many); larger bulks move whole batches.
 constexpr size_t kBulkSingles = 4;
-size_t alloc_bulk_few(unsigned cls, size_t n, void** out);  // 0 < n ≤ kBulkSingles
+size_t alloc_bulk_few(unsigned cls, size_t n, void** out);  // n ≤ kBulkSingles
 size_t alloc_bulk_batch(size_t size, size_t n, void** out);
 void free_bulk_few(size_t n, void* const* ptrs);
 void free_bulk_batch(size_t n, void* const* ptrs);

@@ -68,19 +68,20 @@ void put_back_bulk(unsigned cls, void* const* ptrs, size_t n) {
 
 }  // namespace
 
+size_t alloc_bulk_few(unsigned cls, size_t n, void** out) {
+  for (size_t i = 0; i < n; i++)
+    if (__builtin_expect(!(out[i] = alloc_class<true>(cls)), 0)) {
+      for (size_t j = 0; j < i; j++) free_object(out[j], cls);
+      return 0;
+    }
+  return n;
+}
+
 size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
   // A program whose first allocation is a bulk one decides the front end here (once
   // g_percpu is set, no call).
   if (__builtin_expect(!g_percpu, 0) && !percpu_decided()) percpu_decide();
-  if (n <= 2) {  // one or two single pops cost less than a batch section
-    for (size_t i = 0; i < n; i++) {
-      if (!(out[i] = alloc_class(cls))) {
-        free_bulk_class(cls, out, i);
-        return 0;
-      }
-    }
-    return n;
-  }
+  if (n <= 2) return alloc_bulk_few(cls, n, out);  // cheaper than a batch section
   size_t got = g_percpu ? percpu_take(cls, out, n) : 0;
   if (got == n) return hand_out_bulk(cls, n, out);
   while (got < n) {
@@ -100,15 +101,6 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
 void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
   for (size_t i = 0; i < n; i++) track_free(ptrs[i], class_size(cls));
   put_back_bulk(cls, ptrs, n);
-}
-
-size_t alloc_bulk_few(unsigned cls, size_t n, void** out) {
-  for (size_t i = 0; i < n; i++)
-    if (__builtin_expect(!(out[i] = alloc_class<true>(cls)), 0)) {
-      for (size_t j = 0; j < i; j++) free_object(out[j], cls);
-      return 0;
-    }
-  return n;
 }
 
 size_t alloc_bulk_batch(size_t size, size_t n, void** out) {
