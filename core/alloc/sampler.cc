@@ -224,8 +224,9 @@ size_t sample_large_run(size_t bytes, size_t n) {
   if (n == 0) return 0;
   uint64_t left = t_large_left;
   if (left == 0) left = sample_draw_bytes();
-  if (bytes == 0 || n < left / bytes + (left % bytes != 0)) {  // n * bytes < left
-    t_large_left = left - n * bytes;
+  uint64_t total;  // a product, not a division: this runs on every bulk allocation
+  if (!__builtin_mul_overflow(uint64_t{n}, uint64_t{bytes}, &total) && total < left) {
+    t_large_left = left - total;
     return n;
   }
   // Object k is the first whose bytes reach what is left after the k before it.
