@@ -1,8 +1,8 @@
 """bench/common.py — what every benchmark family shares: the allocators compared
-(uslab, each peer whose Debian package is installed, and any named by --vs), running a program under
-one of them (LD_PRELOAD) and reading its JSON lines, alternating allocators over
-rounds, instruction counts under callgrind, the machine's description, geometric
-means."""
+(uslab, each peer whose Debian package is installed, and any named by --vs), running
+a program under one of them (LD_PRELOAD, with the environment the allocator needs)
+and reading its JSON lines, alternating allocators over rounds, instruction counts
+under callgrind, the machine's description, geometric means."""
 import json
 import math
 import os

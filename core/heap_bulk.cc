@@ -1,6 +1,8 @@
 // core/heap_bulk.cc — the Heap facade's bulk allocation and free (uslab_alloc_bulk,
 // uslab_free_bulk) and object caches' entry points: objects move between the CPU
-// sheaf, the depots and the slabs in whole batches.
+// sheaf, the depots and the slabs in whole batches. Bulks too small for a batch
+// (heap.h's inline alloc_bulk/free_bulk and cache_*_bulk) take the single-object
+// paths instead, here in alloc_bulk_few and free_bulk_few.
 // Locking: none of its own; see heap.h and the allocator layer.
 #include "core/heap.h"
 
@@ -249,8 +251,8 @@ size_t cache_alloc_bulk_batch(ObjCache* c, size_t n, void** out) {
 
 void cache_free_bulk_batch(ObjCache* c, size_t n, void* const* ptrs) {
   // Runs of valid objects are freed in place; NULLs, guarded objects (freed by
-  // slab_object) and foreign pointers (reported) end a run. As in free_bulk, a freed
-  // run's slab is not trusted afterwards.
+  // slab_object) and foreign pointers (reported) end a run. As in free_bulk_batch, a
+  // freed run's slab is not trusted afterwards.
   SlabRange slab;
   size_t run = 0;
   const bool poison = c->flags & kCachePoison;

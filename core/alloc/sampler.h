@@ -14,7 +14,8 @@
 // it carries after min(n, 4096) pops, and `left` keeps the rest; the carry that finds
 // left == 0 is the sampled allocation. With sampling off nothing changes on the fast
 // paths (the same instructions; the carry slow path tests g_sampling). Large and huge
-// allocations, slow paths all, count bytes down per thread.
+// allocations, slow paths all, count bytes down per thread; so do the batches of a
+// bulk allocation, one step a batch (sample_large_run).
 //
 // Two clients share the schedule: the heap profiler and the guarded allocations
 // (core/guard/), each with a mean of its own. The schedule's mean is their
