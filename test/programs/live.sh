@@ -116,7 +116,11 @@ cls = min((c for c in live["classes"] if c["size"] >= 1000), key=lambda c: c["si
 ok(39700 <= cls["active"] <= 42000, "class %d (%d B) holds the 40000 objects kept: %d active"
    % (cls["class"], cls["size"], cls["active"]))
 ok(live["bytes"]["allocated"] >= 40000 * 1000, "bytes.allocated %d" % live["bytes"]["allocated"])
-ok(live["shards"] and all(s["mapped"] > 0 for s in live["shards"]), "shards with memory")
+# A shard used at start-up may have given all its segments back since (decay unmaps
+# a wholly free one): the shards together map the 40 MB kept, each its free within.
+ok(sum(s["mapped"] for s in live["shards"]) >= 40000 * 1000
+   and all(0 <= s["free"] <= s["mapped"] for s in live["shards"]),
+   "shards map the 40 MB kept: %s" % live["shards"])
 ok(live["background"]["state"] == "running", "the background thread runs (40 MB freed)")
 ok(isinstance(live["thp"]["process_bytes"], int), "thp.process_bytes read from smaps_rollup")
 # The table of the same snapshot: its row of that class as in the JSON.
