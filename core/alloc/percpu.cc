@@ -179,8 +179,12 @@ bool percpu_decide() {
         }
       budget_ = g_config.cpu_cache_bytes ? g_config.cpu_cache_bytes : default_budget(n);
       g_cpu_region = region;
+#if defined(__x86_64__)
       bool base = g_config.sheaf_addressing == Config::SheafAddressing::kBase ||
                   (g_config.sheaf_addressing == Config::SheafAddressing::kAuto && cpu_is_intel());
+#else
+      constexpr bool base = false;  // one form elsewhere (percpu_rseq_aarch64.h)
+#endif
       __atomic_store_n(&g_cpu_count, n, __ATOMIC_RELEASE);
       __atomic_store_n(&g_percpu, base ? kSheafBase : kSheafIndex, __ATOMIC_RELEASE);
       percpu_nodes_changed();

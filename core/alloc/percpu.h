@@ -105,7 +105,6 @@ constexpr SheafLayout make_sheaf_layout() {
 inline constexpr SheafLayout kSheafLayout = make_sheaf_layout();
 static_assert(kSheafLayout.slots <= kCpuRegionSlots, "per-CPU region too small");
 static_assert(kSheafLayout.slots < 65536, "slot offsets are 16-bit");
-static_assert(kRseqSig == 0x53053053, "the signature below is spelled out in asm");
 
 // The regions of CPUs 0 … g_cpu_count-1, each 1 << kCpuRegionShift bytes; set once
 // when the per-CPU mode is chosen (before g_percpu) and never changed.
@@ -235,13 +234,14 @@ size_t percpu_header_bytes();
 // ThreadSanitizer cannot see that a restartable section orders what the freeing
 // thread did to an object before the allocating thread's use of it; in TSan builds
 // the sheaves say so (release on push, acquire on pop). Nothing otherwise. The
-// address is taken below 2^47: a remote-node buffer's entries carry tags above it
-// (remote_entry below), which TSan's tables cannot take.
+// address is taken below 2^kUserAddressBits: a remote-node buffer's entries carry
+// tags above it (remote_entry below), which TSan's tables cannot take.
 #if defined(__SANITIZE_THREAD__)
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
 inline void* sheaf_sync_addr(void* p) {
-  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ((uint64_t{1} << 47) - 1));
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) &
+                                 ((uint64_t{1} << os::kUserAddressBits) - 1));
 }
 inline void sheaf_acquire(void* const* objs, size_t n) {
   for (size_t i = 0; i < n; i++) __tsan_acquire(sheaf_sync_addr(objs[i]));
@@ -260,19 +260,24 @@ constexpr long kSheafMoved = -1, kSheafDoubleFree = -2, kSheafClosed = -3;
 // Free p with several NUMA nodes: onto the class's sheaf when its slab is of the
 // current CPU's node, else onto the CPU's remote-node buffer (kRemoteSheaf).
 void percpu_free_nodes(void* p, unsigned cls);
-// An entry of a remote-node buffer: the object's address (below 2^47) tagged with
+// An entry of a remote-node buffer: the object's address (below 2^kUserAddressBits) tagged with
 // its class and its slab's shard in the bits above, so that the flush needs no
 // page-map lookup. Pushes of the same object give the same entry (the double-free
 // check compares entries).
+constexpr unsigned kRemoteTagShift = os::kUserAddressBits;
 inline uint64_t remote_entry(const void* p, const Span* s) {
-  static_assert(kMaxClasses <= 128 && kMaxShards <= 64, "7 + 6 bits above the address");
-  return reinterpret_cast<uintptr_t>(p) | uint64_t{s->size_class} << 47 | uint64_t{s->shard} << 54;
+  static_assert(kMaxClasses <= 128 && kMaxShards <= 64 && kRemoteTagShift + 13 <= 64,
+                "7 + 6 bits above the address");
+  return reinterpret_cast<uintptr_t>(p) | uint64_t{s->size_class} << kRemoteTagShift |
+         uint64_t{s->shard} << (kRemoteTagShift + 7);
 }
 // An entry's object, and its group key: class | shard << 7.
 inline void* remote_entry_object(uint64_t e) {
-  return reinterpret_cast<void*>(e & ((uint64_t{1} << 47) - 1));
+  return reinterpret_cast<void*>(e & ((uint64_t{1} << kRemoteTagShift) - 1));
 }
-inline unsigned remote_entry_key(uint64_t e) { return static_cast<unsigned>(e >> 47); }
+inline unsigned remote_entry_key(uint64_t e) {
+  return static_cast<unsigned>(e >> kRemoteTagShift);
+}
 // Frees remote-node entries to the shards that own them: grouped by class and
 // shard, each group in one batch (one lock); counted as remote-node frees received
 // by the owners' nodes.

@@ -9,8 +9,8 @@
 //    list), or one large object. Descriptors live in each page heap's paged pool
 //    (paged_pool.h; huge segments': the metadata arena), never in the heap they
 //    describe.
-//  - PageMap: a two-level radix table, 8 KiB page → entry, over the 47-bit user
-//    address space. An entry is the Span* of the page with the slab's size class in
+//  - PageMap: a two-level radix table, 8 KiB page → entry, over the user address
+//    space (47 bits on x86-64, 48 on arm64: os::kUserAddressBits). An entry is the Span* of the page with the slab's size class in
 //    its low 7 bits, so free() learns the class after two loads (as jemalloc's rtree
 //    packs szind). A null entry means "not an object start uslab knows", which is how
 //    foreign pointers are recognised in O(1).
@@ -165,9 +165,9 @@ inline unsigned page_class_of(const void* p) {
 
 class PageMap {
  public:
-  static constexpr unsigned kAddressBits = 47;
+  static constexpr unsigned kAddressBits = os::kUserAddressBits;
   static constexpr unsigned kLeafBits = 17;
-  static constexpr unsigned kRootBits = kAddressBits - kPageShift - kLeafBits;  // 17
+  static constexpr unsigned kRootBits = kAddressBits - kPageShift - kLeafBits;  // 17 (18 on arm64)
   static constexpr uintptr_t kClassMask = 127;
   static_assert(kMaxClasses == kClassMask + 1 && alignof(Span) == kClassMask + 1);
 

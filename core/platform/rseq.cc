@@ -66,8 +66,8 @@ void enable_fences() {
 }
 
 RseqMode decide(bool wanted) {
-#if !defined(__x86_64__)
-  wanted = false;  // the per-CPU sections are written for x86-64 only
+#if !defined(__x86_64__) && !defined(__aarch64__)
+  wanted = false;  // the per-CPU sections are written for x86-64 and aarch64 only
 #endif
   if (!wanted) return RseqMode::kNone;
   if (&__rseq_size != nullptr && &__rseq_offset != nullptr && __rseq_size != 0) {

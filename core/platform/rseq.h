@@ -27,8 +27,13 @@ namespace uslab {
 
 enum class RseqMode : uint8_t { kNone = 0, kGlibc = 1, kOwn = 2 };
 
-// The signature that precedes every abort handler; the same as glibc registers.
+// The signature that precedes every abort handler; the same as glibc registers (on
+// aarch64 the encoding of `brk #0x45e0`, so that a stray jump there traps).
+#if defined(__aarch64__)
+constexpr uint32_t kRseqSig = 0xd428bc00;
+#else
 constexpr uint32_t kRseqSig = 0x53053053;
+#endif
 
 // Offsets of the ABI fields in struct rseq.
 constexpr size_t kRseqCpuIdOffset = 4;
@@ -37,7 +42,8 @@ constexpr size_t kRseqCsOffset = 8;
 // cpu_id values that are not CPUs (kernel ABI): before registration, after failure.
 constexpr uint32_t kRseqCpuUninitialized = static_cast<uint32_t>(-1);
 
-// Offset of the calling thread's rseq area from the thread pointer (%fs base).
+// Offset of the calling thread's rseq area from the thread pointer (%fs base on
+// x86-64, tpidr_el0 on aarch64).
 // Valid once rseq_mode() != kNone.
 extern ptrdiff_t g_rseq_offset USLAB_HIDDEN;
 
@@ -62,8 +68,13 @@ inline uint32_t rseq_cpu_id() {
   uint32_t cpu;
   __asm__ volatile("movl %%fs:%c1(%2), %0" : "=r"(cpu) : "i"(kRseqCpuIdOffset), "r"(g_rseq_offset));
   return cpu;
+#elif defined(__aarch64__)
+  char* tp;
+  __asm__("mrs %0, tpidr_el0" : "=r"(tp));
+  return __atomic_load_n(reinterpret_cast<const uint32_t*>(tp + g_rseq_offset + kRseqCpuIdOffset),
+                         __ATOMIC_RELAXED);
 #else
-  return kRseqCpuUninitialized;  // the per-CPU sections exist for x86-64 only
+  return kRseqCpuUninitialized;  // the per-CPU sections exist for x86-64 and aarch64
 #endif
 }
 

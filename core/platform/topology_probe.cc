@@ -25,6 +25,7 @@ bool note_vendor(unsigned b, unsigned c, unsigned d) {
 #if defined(__x86_64__) || defined(__i386__)
   bool intel = b == signature_INTEL_ebx && c == signature_INTEL_ecx && d == signature_INTEL_edx;
 #else
+  (void)b, (void)c, (void)d;
   bool intel = false;
 #endif
   vendor_seen.store(intel ? 1 : 2, std::memory_order_relaxed);

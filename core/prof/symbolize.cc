@@ -98,7 +98,8 @@ int Symbolizer::on_object(dl_phdr_info* info, size_t, void* arg) {
       size_t n = strnlen(name, sizeof m.path - 1);
       memcpy(m.path, name, n);
     } else if (self->count_ == 1) {  // the program itself is listed first, unnamed
-      long n = os::syscall6(SYS_readlink, reinterpret_cast<long>("/proc/self/exe"),
+      // readlinkat: arm64 has no readlink system call.
+      long n = os::syscall6(SYS_readlinkat, AT_FDCWD, reinterpret_cast<long>("/proc/self/exe"),
                             reinterpret_cast<long>(m.path), sizeof m.path - 1);
       m.path[n > 0 ? n : 0] = 0;
     }

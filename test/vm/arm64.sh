@@ -1,0 +1,81 @@
+#!/bin/bash
+# test/vm/arm64.sh BUILD [CPUS] — the arm64 guest: Debian's arm64 kernel (bookworm's
+# linux-image-arm64, 4 KiB pages) booted by qemu-system-aarch64 -M virt under TCG,
+# from an initramfs that holds the cross build's unit tests, libuslab.so and the
+# churn stress program with the cross toolchain's libraries. Its /init
+# (arm64_init.c) runs the unit suite in the three fast-path modes and churn under a
+# signal storm preloaded in per-CPU mode (glibc's rseq registration and uslab's):
+# the restartable sections of percpu_rseq_aarch64.h on a real arm64 kernel.
+# BUILD is a cross build (tools/uslab build --arch arm64). Exit status 0 when every
+# check passed, 77 when the guest cannot run here (printed), 1 otherwise.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+cpus=${2:-4}
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+
+command -v qemu-system-aarch64 >/dev/null || skip "no qemu-system-aarch64 (Debian: qemu-system-arm)"
+command -v cpio >/dev/null || skip "no cpio"
+[ -x "$build/test/unit_tests" ] && [ -f "$build/libuslab.so" ] && [ -x "$build/test/churn" ] ||
+  skip "$build holds no arm64 build of the unit tests, libuslab.so and churn"
+file -L "$build/libuslab.so" | grep -q aarch64 || skip "$build is not an arm64 build"
+sysroot=/usr/aarch64-linux-gnu/lib
+[ -f "$sysroot/ld-linux-aarch64.so.1" ] || skip "no arm64 C library at $sysroot (g++-aarch64-linux-gnu)"
+
+# The kernel: bookworm's arm64 image, downloaded once (needs the arm64 architecture
+# in dpkg, which tools/uslab build --arch arm64 adds).
+cache=${USLAB_VM_CACHE:-/var/cache/uslab/vm}/arm64
+mkdir -p "$cache"
+kernel=$(ls "$cache"/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
+if [ -z "$kernel" ]; then
+  pkg=$(apt-cache depends linux-image-arm64:arm64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+  [ -n "$pkg" ] || skip "apt knows no linux-image-arm64:arm64 (dpkg --add-architecture arm64; apt-get update)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download "$pkg" >/dev/null 2>&1) || { rm -rf "$tmp"; skip "could not download $pkg"; }
+  dpkg-deb -x "$tmp"/*.deb "$tmp/x"
+  cp "$tmp"/x/boot/vmlinuz-* "$cache/"
+  rm -rf "$tmp"
+  kernel=$(ls "$cache"/vmlinuz-* | sort -V | tail -1)
+fi
+
+# A shell and the usual commands for the tests that run them (busybox), downloaded once.
+busybox=$cache/busybox
+if [ ! -x "$busybox" ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download busybox-static:arm64 >/dev/null 2>&1) || { rm -rf "$tmp"; skip "could not download busybox-static:arm64"; }
+  dpkg-deb -x "$tmp"/*.deb "$tmp/x"
+  cp "$tmp/x/bin/busybox" "$busybox"
+  rm -rf "$tmp"
+fi
+
+work=$(mktemp -d /tmp/uslab-vm-arm64.XXXXXX)  # kept: console.log is the guest's output
+root=$work/root
+mkdir -p "$root"/{proc,sys,dev,tmp,lib}
+aarch64-linux-gnu-gcc -O2 -static -o "$root/init" "$src/test/vm/arm64_init.c"
+cp "$build/test/unit_tests" "$build/test/churn" "$root/"
+cp -L "$build/libuslab.so" "$root/libuslab.so"
+for l in ld-linux-aarch64.so.1 libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
+  cp -L "$sysroot/$l" "$root/lib/"
+done
+# hwloc, which uslab opens when asked (the unit suite's topology tests): libhwloc15:arm64.
+for l in libhwloc.so.15 libudev.so.1; do
+  [ -f "/usr/lib/aarch64-linux-gnu/$l" ] && cp -L "/usr/lib/aarch64-linux-gnu/$l" "$root/lib/"
+done
+mkdir -p "$root/bin"
+cp "$busybox" "$root/bin/busybox"
+for c in sh rm mkdir rmdir cat ls cp mv true false echo sleep grep; do ln -s busybox "$root/bin/$c"; done
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
+rm -rf "$root"
+
+echo "arm64 guest: $cpus CPUs, $(basename "$kernel"), tcg"
+start=$(date +%s)
+timeout "${USLAB_VM_TIMEOUT:-1500}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 2048 \
+  -accel tcg,thread=multi -nic none -nographic -no-reboot -monitor none -serial "file:$work/console.log" \
+  -kernel "$kernel" -initrd "$work/initrd.gz" -append "console=ttyAMA0 rdinit=/init quiet panic=-1" \
+  </dev/null >/dev/null 2>&1 || true
+grep -a '^uslab-guest:' "$work/console.log" || true
+echo "arm64 guest: $(( $(date +%s) - start )) s (console: $work/console.log)"
+grep -aq '^uslab-guest: done, 0 failed' "$work/console.log" && exit 0
+echo "arm64 guest: failed; the console's last lines:"
+tail -n 40 "$work/console.log"
+exit 1

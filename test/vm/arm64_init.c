@@ -1,0 +1,97 @@
+/* test/vm/arm64_init.c — /init of the arm64 guest's initramfs (test/vm/arm64.sh):
+ * mounts /proc, /sys and /dev, runs each check below, prints one line per check
+ * ("uslab-guest: NAME: ok" or "... FAIL (why)") and a last one with the count of
+ * failures, then powers the guest off. Linked statically: the initramfs holds no
+ * shell. A check that names a pattern passes only when its output (stdout and
+ * stderr together) also holds it: the preloaded programs' USLAB_STATS report
+ * names the fast-path mode, which must be per-CPU.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+
+static void check(const char *name, char *const argv[], char *const envp[], const char *want) {
+  int fd[2];
+  if (pipe(fd) != 0) {
+    printf("uslab-guest: %s: FAIL (pipe)\n", name);
+    failures++;
+    return;
+  }
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    dup2(fd[1], 2);
+    close(fd[0]);
+    close(fd[1]);
+    execve(argv[0], argv, envp);
+    _exit(127);
+  }
+  close(fd[1]);
+  static char out[1 << 20];
+  size_t len = 0;
+  ssize_t n;
+  char buf[4096];
+  while ((n = read(fd[0], buf, sizeof buf)) > 0) {
+    fwrite(buf, 1, (size_t)n, stdout);  /* the console log keeps it all */
+    size_t keep = (size_t)n < sizeof out - 1 - len ? (size_t)n : sizeof out - 1 - len;
+    memcpy(out + len, buf, keep);
+    len += keep;
+  }
+  out[len] = 0;
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    printf("uslab-guest: %s: FAIL (status %d)\n", name, status);
+    failures++;
+  } else if (want && !strstr(out, want)) {
+    printf("uslab-guest: %s: FAIL (no '%s' in its output)\n", name, want);
+    failures++;
+  } else {
+    printf("uslab-guest: %s: ok\n", name);
+  }
+}
+
+int main(void) {
+  mount("proc", "/proc", "proc", 0, NULL);
+  mount("sysfs", "/sys", "sysfs", 0, NULL);
+  mount("devtmpfs", "/dev", "devtmpfs", 0, NULL);
+  mount("tmpfs", "/tmp", "tmpfs", 0, NULL);
+  printf("uslab-guest: %ld CPUs online, page size %ld\n", sysconf(_SC_NPROCESSORS_ONLN),
+         sysconf(_SC_PAGESIZE));
+
+  char *unit[] = {"/unit_tests", NULL};
+  char *env_glibc[] = {"PATH=/bin:/", "TMPDIR=/tmp", NULL};
+  char *env_own[] = {"PATH=/bin:/", "TMPDIR=/tmp", "GLIBC_TUNABLES=glibc.pthread.rseq=0", NULL};
+  char *env_thread[] = {"PATH=/bin:/", "TMPDIR=/tmp", "USLAB_CONF=percpu=false", NULL};
+  check("unit tests, per-CPU through glibc's rseq", unit, env_glibc, NULL);
+  check("unit tests, per-CPU through uslab's own rseq", unit, env_own, NULL);
+  check("unit tests, per-thread caches", unit, env_thread, NULL);
+
+  /* More threads than CPUs, a SIGALRM every 50 us (each restarts the section it
+   * lands in), decay ticks every 25 ms draining and trimming the sheaves. */
+  char *churn[] = {"/churn", "8", "20", "signals", NULL};
+  char *env_churn[] = {"LD_PRELOAD=/libuslab.so", "USLAB_STATS=1",
+                       "USLAB_CONF=decay_ms=25", NULL};
+  char *env_churn_own[] = {"LD_PRELOAD=/libuslab.so", "USLAB_STATS=1",
+                           "USLAB_CONF=decay_ms=25", "GLIBC_TUNABLES=glibc.pthread.rseq=0",
+                           NULL};
+  check("churn under signals, preloaded, glibc's rseq", churn, env_churn,
+        "mode: percpu (rseq, glibc's registration)");
+  check("churn under signals, preloaded, uslab's own rseq", churn, env_churn_own,
+        "mode: percpu (rseq, uslab's registration)");
+
+  printf("uslab-guest: done, %d failed\n", failures);
+  fflush(stdout);
+  sync();
+  reboot(RB_POWER_OFF);
+  return 0;
+}
