@@ -31,6 +31,37 @@
 
 #if defined(__x86_64__) || defined(__aarch64__)
 
+// The fast paths around each architecture's section (USLAB_POP_FORM and
+// USLAB_PUSH_FORM: an asm goto that leaves to abort, miss or tick).
+// Pop one object of class cls from the current CPU's sheaf in the form Base names.
+template <bool Base>
+inline void* percpu_alloc_as(unsigned cls) {
+  void* obj;
+  USLAB_POP_FORM(Base);
+  if (obj == nullptr) __builtin_unreachable();  // tested in the section
+  sheaf_acquire(&obj, 1);
+  return obj;
+abort:
+  return percpu_alloc_retry(cls);
+miss:
+  return percpu_alloc_slow(cls);
+tick:
+  return percpu_alloc_tick(cls);
+}
+// Push p onto the current CPU's sheaf of cls in the form Base names: to Miss when it
+// is full, the thread has no usable CPU or p is its top object already (a double
+// free); to Retry when the kernel aborted the section.
+template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned), bool Base>
+inline void percpu_push_as(void* p, unsigned cls) {
+  sheaf_release(&p, 1);
+  USLAB_PUSH_FORM(Base);
+  return;
+abort:
+  return Retry(p, cls);
+miss:
+  return Miss(p, cls);
+}
+
 // Pop one object of class cls from the current CPU's sheaf (the form g_percpu names;
 // aarch64 has one form, the index one).
 inline void* percpu_alloc(unsigned cls) {

@@ -79,26 +79,15 @@ static_assert(kHitsOffset % 2 == 0 && kHitsOffset < 4096, "an ldrh/strh offset")
   "sub w12, w12, #1\n\t"                          \
   "str w12, [x11, #8]\n\t"
 
-template <bool Base>
-inline void* percpu_alloc_as(unsigned cls) {
-  void* obj;
-  __asm__ goto(USLAB_RSEQ_OPEN USLAB_RSEQ_ANY_CPU USLAB_POP USLAB_RSEQ_CLOSE
-               : [obj] "=&r"(obj)
-               : [rs] "r"(g_rseq_offset), [ncpu] "r"(g_cpu_count),
-                 [region] "r"(g_cpu_region), [cls] "r"(uint64_t{cls}),
-                 [hits] "i"(kHitsOffset), [step] "i"(kHitStep)
-               : "x9", "x10", "x11", "x12", "x13", "x14", "x15", "memory", "cc"
-               : abort, miss, tick);
-  if (obj == nullptr) __builtin_unreachable();  // tested above
-  sheaf_acquire(&obj, 1);
-  return obj;
-abort:
-  return percpu_alloc_retry(cls);
-miss:
-  return percpu_alloc_slow(cls);
-tick:
-  return percpu_alloc_tick(cls);
-}
+// The pop (percpu_rseq.h's percpu_alloc_as; one form whatever `base` says).
+#define USLAB_POP_FORM(base)                                                       \
+  __asm__ goto(USLAB_RSEQ_OPEN USLAB_RSEQ_ANY_CPU USLAB_POP USLAB_RSEQ_CLOSE        \
+               : [obj] "=&r"(obj)                                                  \
+               : [rs] "r"(g_rseq_offset), [ncpu] "r"(g_cpu_count),                 \
+                 [region] "r"(g_cpu_region), [cls] "r"(uint64_t{cls}),             \
+                 [hits] "i"(kHitsOffset), [step] "i"(kHitStep)                     \
+               : "x9", "x10", "x11", "x12", "x13", "x14", "x15", "memory", "cc"    \
+               : abort, miss, tick)
 
 // Push p onto the current CPU's sheaf of cls (header index: a class, kDeferSheaf or
 // kRemoteSheaf). Goes to Miss when the sheaf is full, the thread has no usable CPU,
@@ -117,21 +106,14 @@ tick:
   "add w12, w12, #1\n\t"                          \
   "str w12, [x11, #8]\n\t"
 
-template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned), bool Base>
-inline void percpu_push_as(void* p, unsigned cls) {
-  sheaf_release(&p, 1);
-  __asm__ goto(USLAB_RSEQ_OPEN USLAB_RSEQ_ANY_CPU USLAB_PUSH USLAB_RSEQ_CLOSE
-               :
-               : [rs] "r"(g_rseq_offset), [ncpu] "r"(g_cpu_count),
-                 [region] "r"(g_cpu_region), [cls] "r"(uint64_t{cls}), [p] "r"(p)
-               : "x9", "x10", "x11", "x12", "x13", "x14", "memory", "cc"
-               : abort, miss);
-  return;
-abort:
-  return Retry(p, cls);
-miss:
-  return Miss(p, cls);
-}
+// The push (percpu_rseq.h's percpu_push_as; one form whatever `base` says).
+#define USLAB_PUSH_FORM(base)                                                      \
+  __asm__ goto(USLAB_RSEQ_OPEN USLAB_RSEQ_ANY_CPU USLAB_PUSH USLAB_RSEQ_CLOSE       \
+               :                                                                   \
+               : [rs] "r"(g_rseq_offset), [ncpu] "r"(g_cpu_count),                 \
+                 [region] "r"(g_cpu_region), [cls] "r"(uint64_t{cls}), [p] "r"(p)  \
+               : "x9", "x10", "x11", "x12", "x13", "x14", "memory", "cc"           \
+               : abort, miss)
 
 // The batch sections below serve the slow paths. They return the number of objects
 // moved, or -1 when the thread is not running on `cpu`, from a plain asm statement

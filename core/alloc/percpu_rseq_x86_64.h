@@ -106,23 +106,12 @@ static_assert(kRseqSig == 0x53053053, "the signature below is spelled out in asm
                : "rcx", "rdx", "r8", "r9", "memory", "cc"                        \
                : abort, miss, tick)
 
-template <bool Base>
-inline void* percpu_alloc_as(unsigned cls) {
-  void* obj;
-  if constexpr (Base)
-    USLAB_POP_SECTION(USLAB_POP_BASE);
-  else
-    USLAB_POP_SECTION(USLAB_POP_INDEX);
-  if (obj == nullptr) __builtin_unreachable();  // tested above
-  sheaf_acquire(&obj, 1);
-  return obj;
-abort:
-  return percpu_alloc_retry(cls);
-miss:
-  return percpu_alloc_slow(cls);
-tick:
-  return percpu_alloc_tick(cls);
-}
+// The pop of the form `base` names (percpu_rseq.h's percpu_alloc_as).
+#define USLAB_POP_FORM(base)                \
+  if constexpr (base)                       \
+    USLAB_POP_SECTION(USLAB_POP_BASE);      \
+  else                                      \
+    USLAB_POP_SECTION(USLAB_POP_INDEX)
 
 // Push p onto the current CPU's sheaf of cls (header index: a class, kDeferSheaf or
 // kRemoteSheaf).
@@ -164,19 +153,12 @@ tick:
                : "rax", "rcx", "rdx", "r8", "memory", "cc"                       \
                : abort, miss)
 
-template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned), bool Base>
-inline void percpu_push_as(void* p, unsigned cls) {
-  sheaf_release(&p, 1);
-  if constexpr (Base)
-    USLAB_PUSH_SECTION(USLAB_PUSH_BASE);
-  else
-    USLAB_PUSH_SECTION(USLAB_PUSH_INDEX);
-  return;
-abort:
-  return Retry(p, cls);
-miss:
-  return Miss(p, cls);
-}
+// The push of the form `base` names (percpu_rseq.h's percpu_push_as).
+#define USLAB_PUSH_FORM(base)               \
+  if constexpr (base)                       \
+    USLAB_PUSH_SECTION(USLAB_PUSH_BASE);    \
+  else                                      \
+    USLAB_PUSH_SECTION(USLAB_PUSH_INDEX)
 
 
 // The batch sections below serve the slow paths. They return the number of objects
