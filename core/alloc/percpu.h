@@ -260,9 +260,9 @@ constexpr long kSheafMoved = -1, kSheafDoubleFree = -2, kSheafClosed = -3;
 // Free p with several NUMA nodes: onto the class's sheaf when its slab is of the
 // current CPU's node, else onto the CPU's remote-node buffer (kRemoteSheaf).
 void percpu_free_nodes(void* p, unsigned cls);
-// An entry of a remote-node buffer: the object's address (below 2^kUserAddressBits) tagged with
-// its class and its slab's shard in the bits above, so that the flush needs no
-// page-map lookup. Pushes of the same object give the same entry (the double-free
+// An entry of a remote-node buffer: the object's address (below 2^kRemoteTagShift)
+// tagged with its class and its slab's shard in the bits above, so that the flush
+// needs no page-map lookup. Pushes of the same object give the same entry (the double-free
 // check compares entries).
 constexpr unsigned kRemoteTagShift = os::kUserAddressBits;
 inline uint64_t remote_entry(const void* p, const Span* s) {

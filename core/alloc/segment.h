@@ -10,7 +10,8 @@
 //    (paged_pool.h; huge segments': the metadata arena), never in the heap they
 //    describe.
 //  - PageMap: a two-level radix table, 8 KiB page → entry, over the user address
-//    space (47 bits on x86-64, 48 on arm64: os::kUserAddressBits). An entry is the Span* of the page with the slab's size class in
+//    space (os::kUserAddressBits: 47 bits on x86-64, 48 on arm64). An entry is the
+//    Span* of the page with the slab's size class in
 //    its low 7 bits, so free() learns the class after two loads (as jemalloc's rtree
 //    packs szind). A null entry means "not an object start uslab knows", which is how
 //    foreign pointers are recognised in O(1).

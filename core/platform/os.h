@@ -27,9 +27,9 @@
 // page an anonymous fault of its own, paid by every process under a system-wide
 // preload). Clang before 17 does not know .lbss as a zero section and stores it in
 // the file (PROGBITS: 4 MiB of zeros, file-backed pages): there they stay in .bss.
-// So does GCC for aarch64, whose linker keeps .lbss for x86-64's medium model only:
-// there it was a 5 MiB PROGBITS section before .bss, outside the bounds advised off
-// huge pages. On aarch64 they go to .bss.* (NOBITS), among each file's small globals.
+// So does GCC for aarch64, whose linker knows .lbss only for x86-64's medium model
+// (PROGBITS, before .bss, outside the bounds advised off huge pages): there they go
+// to .bss.* (NOBITS), among each file's small globals.
 #if defined(__clang__) && __clang_major__ < 17
 #define USLAB_LARGE_ZERO
 #elif defined(__aarch64__)
@@ -194,7 +194,7 @@ constexpr size_t kOsPage = 4096;
 
 // Bits of a user-space address: x86-64's 4-level page tables give 47; arm64's kernels
 // map user space below 2^48 (mmap stays there on 52-bit kernels unless asked above),
-// and put mappings near its top: a table of 47 bits folded them onto lower addresses.
+// with mappings near its top, so tables indexed by address need all 48.
 #if defined(__aarch64__)
 constexpr unsigned kUserAddressBits = 48;
 #else
