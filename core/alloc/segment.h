@@ -11,9 +11,8 @@
 //    describe.
 //  - PageMap: a two-level radix table, 8 KiB page → entry, over the user address
 //    space (os::kUserAddressBits: 47 bits on x86-64, 48 on arm64). An entry is the
-//    Span* of the page with the slab's size class in
-//    its low 7 bits, so free() learns the class after two loads (as jemalloc's rtree
-//    packs szind). A null entry means "not an object start uslab knows", which is how
+//    Span* of the page with the slab's size class in its low 7 bits, so free()
+//    learns the class after two loads (as jemalloc's rtree packs szind). A null entry means "not an object start uslab knows", which is how
 //    foreign pointers are recognised in O(1).
 //
 // Locking: PageMap lookups are lock-free: leaves (1 MiB each, lazily faulted) are
