@@ -30,7 +30,7 @@ bool is_glibc_block(const void* p) {
   if (!os::read_memory(a - 16, hdr, sizeof hdr)) return false;
   uintptr_t size = hdr[1] & ~uintptr_t{7};
   if (size < 32 || size % 16 != 0) return false;
-  const uintptr_t page = os::kOsPage;
+  const uintptr_t page = os::kernel_page_size();  // glibc's mmapped chunks'
   if (hdr[1] & kMmapped) {
     uintptr_t start = a - 16 - hdr[0];
     return start % page == 0 && (size + hdr[0]) % page == 0;

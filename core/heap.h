@@ -293,7 +293,7 @@ bool stats_at_exit();
 
 // The system page (valloc/pvalloc alignment), and uslab's own (large objects are
 // whole pages of it).
-constexpr size_t kSystemPage = os::kOsPage;
+inline size_t system_page() { return os::page_size(); }
 constexpr size_t kPage = kPageSize;
 
 // Prints a message on stderr and aborts; allocates nothing.

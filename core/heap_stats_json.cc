@@ -281,7 +281,7 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
   j.num("huge_objects", st.huge_count);
 
   j.begin_object("thp");
-  j.boolean("enabled", g_config.thp && os::thp_mode() != os::ThpMode::kNever);
+  j.boolean("enabled", PageHeap::thp_enabled());
   j.str("system", thp_system_name(os::thp_mode()));
   j.num("segments", st.huge_segments);
   j.num("collapses", st.thp_collapses);

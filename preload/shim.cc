@@ -21,8 +21,6 @@ using namespace uslab;
 
 namespace {
 
-constexpr size_t kOsPage = heap::kSystemPage;
-
 inline bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 
 inline void* aligned(size_t align, size_t size) {
@@ -88,12 +86,13 @@ USLAB_EXPORT void* memalign(size_t align, size_t size) {
   return aligned(align, size);
 }
 
-USLAB_EXPORT void* valloc(size_t size) { return aligned(kOsPage, size); }
+USLAB_EXPORT void* valloc(size_t size) { return aligned(heap::system_page(), size); }
 
 USLAB_EXPORT void* pvalloc(size_t size) {
-  size_t rounded = (size + kOsPage - 1) & ~(kOsPage - 1);
+  const size_t page = heap::system_page();
+  size_t rounded = (size + page - 1) & ~(page - 1);
   if (rounded < size) return heap::fail_nomem();
-  return aligned(kOsPage, rounded ? rounded : kOsPage);
+  return aligned(page, rounded ? rounded : page);
 }
 
 USLAB_EXPORT size_t malloc_usable_size(void* p) { return p ? heap::usable_size(p) : 0; }

@@ -97,7 +97,7 @@ size_t CentralList::carve_slabs(unsigned cls, size_t need) {
   while (want < kMaxFreshSlabs && want * info.objects < need) want++;
   bool zeroed;
   const ObjectSize objects =
-      info.size < os::kOsPage ? ObjectSize::kSubPage : ObjectSize::kPageOrMore;
+      info.size < os::page_size() ? ObjectSize::kSubPage : ObjectSize::kPageOrMore;
   fresh[0] = heap.alloc(info.slab_pages, 1, SpanKind::kSlab, &zeroed, objects);
   size_t got = fresh[0] != nullptr;
   // The first may come from another heap's surplus: the rest only from this one.

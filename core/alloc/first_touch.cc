@@ -15,8 +15,7 @@ void prepare_shard_slow(unsigned sh) {
 }
 
 size_t prepared_shard_bytes() {
-  auto pages = [](size_t b) { return (b + os::kOsPage - 1) / os::kOsPage * os::kOsPage; };
-  size_t one = pages(sizeof g_page_heap[0]) + pages(sizeof g_central[0]), n = 0;
+  size_t one = os::page_up(sizeof g_page_heap[0]) + os::page_up(sizeof g_central[0]), n = 0;
   for (unsigned sh = 0; sh < kMaxShards; sh++) n += shard_prepared(sh);
   return n * one;
 }

@@ -20,7 +20,8 @@ Entry entries_[kHugeCacheEntries] USLAB_GUARDED_BY(lock_);
 size_t count_ USLAB_GUARDED_BY(lock_) = 0;  // entries_[0 … count_), oldest first
 size_t bytes_ USLAB_GUARDED_BY(lock_) = 0;
 
-size_t capacity(const Segment* seg) { return seg->mapped_bytes - kPageSize; }
+// Its object's room: past the header's page (segment_create_huge).
+size_t capacity(const Segment* seg) { return seg->mapped_bytes - page_granule(); }
 
 void remove_at(size_t i) USLAB_REQUIRES(lock_) {
   bytes_ -= entries_[i].seg->mapped_bytes;
@@ -72,7 +73,7 @@ Segment* huge_cache_take_largest(unsigned shard) {
 
 void huge_cache_put(Segment* seg) {
   Span* s = seg->huge_span;
-  if (seg->mapped_bytes > kHugeCacheEntryBytes || s->start != seg->base() + kPageSize) {
+  if (seg->mapped_bytes > kHugeCacheEntryBytes || s->start != seg->base() + page_granule()) {
     huge_segment_destroy(seg);
     return;
   }

@@ -116,8 +116,12 @@ Span* PageHeap::grow_heap(size_t want, ObjectSize objects) {
   bool huge = false;
   if (segments_ >= kThpMinSegments && want < kThpEagerMaxPages && thp_eager_[k])
     huge = ++thp_made_eager_[k] % kThpProbeEvery != 0;
+  // Under "always", a segment not advised huge is advised off them, and so is every
+  // segment where a huge page is larger than one (a 16 or 64 KiB OS page: 32 or 512
+  // MiB, which neighbouring segments merged into one mapping could make resident).
+  const bool always = os::thp_mode() == os::ThpMode::kAlways;
   Segment* seg = segment_create_normal(
-      thp_enabled() && (huge || os::thp_mode() == os::ThpMode::kAlways), huge);
+      (thp_enabled() && (huge || always)) || (always && !thp_fits()), huge && thp_enabled());
   if (!seg) {
     descs_.free(s);
     return nullptr;
@@ -313,7 +317,7 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
   s->freed_at_ms = now;
   // Until the next purge sorts them again, every dirty page counts as work (backlog):
   // pages freed now may lie where nothing keeps them.
-  thp_kept_pages_ = 0;
+  thp_kept_pages_ = shared_kept_pages_ = 0;
 
   coalesce(s);
   insert_free(s);
@@ -324,9 +328,11 @@ void PageHeap::free_locked(Span* s, uint64_t now) {
 // the decay, or clean ones taken first as if resident). The merged span
 // keeps the age of its oldest part: taking the newest would let a slab freed now and
 // then at the edge of a large dirty span keep it from ever decaying.
-void PageHeap::coalesce(Span* s) {
+void PageHeap::coalesce(Span* s, bool any_state) {
   Segment* seg = s->segment;
-  auto mergeable = [s](const Span* n) { return is_free(n) && n->dirty == s->dirty; };
+  auto mergeable = [s, any_state](const Span* n) {
+    return is_free(n) && (any_state || n->dirty == s->dirty);
+  };
   auto absorb = [&](Span* n) USLAB_REQUIRES(lock_) {
     if (n->freed_at_ms < s->freed_at_ms) s->freed_at_ms = n->freed_at_ms;
     remove_free(n);
@@ -335,19 +341,28 @@ void PageHeap::coalesce(Span* s) {
     s->npages += n->npages;
     descs_.free(n);
   };
-  if (s->first_page > 1) {
-    Span* prev = PageMap::get(seg->page_addr(s->first_page - 1));
-    if (mergeable(prev)) {
-      s->first_page = prev->first_page;
-      s->start = prev->start;
-      absorb(prev);
+  bool merged;
+  do {  // once, but for any_state: its neighbours' neighbours may be free too
+    merged = false;
+    if (s->first_page > 1) {
+      Span* prev = PageMap::get(seg->page_addr(s->first_page - 1));
+      if (mergeable(prev)) {
+        s->first_page = prev->first_page;
+        s->start = prev->start;
+        absorb(prev);
+        merged = true;
+      }
     }
-  }
-  uint32_t after = s->first_page + s->npages;
-  if (after < kPagesPerSegment) {
-    Span* next = PageMap::get(seg->page_addr(after));
-    if (mergeable(next)) absorb(next);
-  }
+    uint32_t after = s->first_page + s->npages;
+    if (after < kPagesPerSegment) {
+      Span* next = PageMap::get(seg->page_addr(after));
+      if (mergeable(next)) {
+        absorb(next);
+        merged = true;
+      }
+    }
+  } while (any_state && merged);
+  if (any_state) s->dirty = Span::kDirty;
   set_bounds(s);
 }
 
@@ -418,36 +433,82 @@ void PageHeap::maybe_purge(uint64_t now) {
   if (dirty_pages_ || free_pages_ >= kMaxPages) purge_locked(now, false);
 }
 
-size_t PageHeap::purge_span(Span* s) {
-  USLAB_PROBE(page_purge, s->start, s->bytes());
-  if (s->segment->huge) {  // see page_heap.h: the kernel splits its huge pages
-    thp_splits_++;
-    advise_huge(s->segment, false);
+Span* PageHeap::purge_span(Span* s, size_t* bytes, size_t* kept) {
+  // Whole OS pages only (page_heap.h): s's own, and those it shares with free
+  // neighbours, whose pages may go too (a clean one's read as zero either way).
+  Segment* seg = s->segment;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(s->start), end = start + s->bytes();
+  uintptr_t lo = os::page_up(start), hi = os::page_down(end);
+  if (lo != start && s->first_page > 1) {
+    const Span* prev = PageMap::get(seg->page_addr(s->first_page - 1));
+    if (is_free(prev) && reinterpret_cast<uintptr_t>(prev->start) <= os::page_down(start))
+      lo = os::page_down(start);
   }
-  os::purge(s->start, s->bytes());
-  size_t bytes = s->bytes();
+  const uint32_t after = s->first_page + s->npages;
+  if (hi != end && after < kPagesPerSegment) {
+    const Span* next = PageMap::get(seg->page_addr(after));
+    if (is_free(next) && reinterpret_cast<uintptr_t>(next->start) + next->bytes() >= os::page_up(end))
+      hi = os::page_up(end);
+  }
+  *bytes = 0;
+  if (kept) *kept = s->npages;
+  if (lo >= hi) return nullptr;  // within OS pages that spans in use share: stays dirty
+  USLAB_PROBE(page_purge, reinterpret_cast<char*>(lo), hi - lo);
+  if (seg->huge) {  // see page_heap.h: the kernel splits its huge pages
+    thp_splits_++;
+    advise_huge(seg, false);
+  }
+  os::purge(reinterpret_cast<void*>(lo), hi - lo);
+  *bytes = hi - lo;
+  if (kept) *kept = ((lo > start ? lo - start : 0) + (hi < end ? end - hi : 0)) >> kPageShift;
   remove_free(s);
+  // The pages at either end that share an OS page with a span in use stay dirty,
+  // apart (a failed split leaves all of s dirty: its purged pages read as zero).
+  if (lo > start) {
+    Span* head = split_front(s, (lo - start) >> kPageShift);
+    if (!head) return insert_free(s), nullptr;
+    insert_free(head);
+  }
+  if (hi < end) {
+    Span* middle = split_front(s, (hi - lo) >> kPageShift);
+    if (!middle) return insert_free(s), nullptr;
+    insert_free(s);
+    s = middle;
+  }
   s->dirty = Span::kClean;
   coalesce(s);  // with clean neighbours only: the dirty list being walked stays intact
   insert_free(s);
-  return bytes;
+  return s;
 }
 
 Span* PageHeap::merge_mixed(size_t npages) {
   auto clean_pages = [](const Span* n) {
     return is_free(n) && n->dirty == Span::kClean ? size_t{n->npages} : 0;
   };
-  for (size_t i = 1; i <= kMaxPages; i++)
-    for (Span* s = dirty_lists_.by_length[i].front(); s; s = s->next) {
+  for (size_t i = 1; i <= kMaxPages; i++) {
+    Span* next;
+    for (Span* s = dirty_lists_.by_length[i].front(); s; s = next) {
+      next = s->next;
       Segment* seg = s->segment;
       uint32_t after = s->first_page + s->npages;
       size_t run = s->npages;
       if (s->first_page > 1) run += clean_pages(PageMap::get(seg->page_addr(s->first_page - 1)));
       if (after < kPagesPerSegment) run += clean_pages(PageMap::get(seg->page_addr(after)));
       if (run < npages) continue;
-      purged_bytes_ += purge_span(s);  // now clean: merged with its neighbours
-      return s;
+      size_t bytes;
+      Span* clean = purge_span(s, &bytes);  // merged with its clean neighbours
+      purged_bytes_ += bytes;
+      if (clean && clean->npages >= npages) return clean;
+      // Its ends stayed dirty (on an OS page a span in use shares, as pages after a
+      // segment's header do with 16 KiB pages): the run is taken whole, as dirty.
+      Span* run_span = clean ? clean : s;
+      remove_free(run_span);
+      coalesce(run_span, true);
+      insert_free(run_span);
+      if (run_span->npages >= npages) return run_span;
+      next = nullptr;  // the lists changed: the caller grows the heap instead
     }
+  }
   return nullptr;
 }
 
@@ -461,7 +522,9 @@ void PageHeap::purge_short(size_t npages, bool growing) {
     for (Span* s = dirty_lists_.by_length[i].front(); s && dirty_pages_ > allowance; s = next) {
       next = s->next;
       if (keeps_huge(s->segment)) continue;  // kept as the decay clock keeps them
-      purged += purge_span(s);
+      size_t bytes;
+      purge_span(s, &bytes);
+      purged += bytes;
     }
   }
   purged_bytes_ += purged;
@@ -488,7 +551,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
     descs_.free(s);
     segment_destroy(seg);
   };
-  size_t kept = 0;
+  size_t kept = 0, shared = 0;
   for (size_t i = 1; i <= kMaxPages; i++) {
     Span* next;
     for (Span* s = dirty_lists_.by_length[i].front(); s; s = next) {
@@ -497,7 +560,20 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
       if (!all && keeps_huge(s->segment)) {
         kept += s->npages;
       } else if (i < kMaxPages) {
-        purged += purge_span(s);
+        size_t bytes, left_dirty;
+        Span* clean = purge_span(s, &bytes, &left_dirty);
+        purged += bytes;
+        Span* left = clean ? clean : s;
+        if (s->segment->used_pages == 0 && left->npages < kMaxPages) {
+          // A wholly free segment left in spans of both states (dirty pages on the OS
+          // page its header shares): one span, unmapped at the end of this walk.
+          remove_free(left);
+          coalesce(left, true);
+          insert_free(left);
+          next = dirty_lists_.by_length[i].front();  // its neighbours left the lists
+        } else {
+          shared += left_dirty;  // in shorter lists now (seen again by the next purge)
+        }
       } else if (!s->segment->collapsing) {
         purged += s->bytes();
         unmap(s);
@@ -512,6 +588,7 @@ size_t PageHeap::purge_locked(uint64_t now, bool all) {
   }
   purged_bytes_ += purged;
   thp_kept_pages_ = kept;
+  shared_kept_pages_ = shared;
   // Descriptor pages left empty by the spans above (and before) go back a tick after:
   // they hold no program data, and the pool fills its pages in use first; after a
   // whole decay they were the last of a peak to go back.
@@ -523,7 +600,9 @@ bool PageHeap::backlog(size_t* dirty_bytes) {
   LockGuard g(lock_);
   // Pages the last purge kept inside huge pages are no work until a purge could
   // take them: the background thread may sleep on them.
-  const size_t waiting = dirty_pages_ > thp_kept_pages_ ? dirty_pages_ - thp_kept_pages_ : 0;
+  // Nor are those that share an OS page with a span in use.
+  const size_t kept = thp_kept_pages_ + shared_kept_pages_;
+  const size_t waiting = dirty_pages_ > kept ? dirty_pages_ - kept : 0;
   *dirty_bytes = waiting << kPageShift;
   return waiting || !clean_lists_.by_length[kMaxPages].empty() || descs_.has_empty();
 }
@@ -551,14 +630,18 @@ bool PageHeap::keeps_huge(const Segment* seg) const {
   return seg->huge && kMaxPages - seg->used_pages <= kMaxPages / kThpKeepFreeShare;
 }
 
-bool PageHeap::thp_enabled() { return g_config.thp && os::thp_mode() != os::ThpMode::kNever; }
+bool PageHeap::thp_fits() { return os::huge_page_bytes() <= kSegmentSize; }
+
+bool PageHeap::thp_enabled() {
+  return g_config.thp && os::thp_mode() != os::ThpMode::kNever && thp_fits();
+}
 
 void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages, ObjectSize objects) {
   seg->used_pages += static_cast<uint32_t>(npages);
   if (kMaxPages - seg->used_pages >= kThpFullSlack || seg->huge || !thp_enabled()) return;
   // Full: dense if the program touched what it had of it before (page_heap.h). A
   // segment one span filled tells nothing.
-  const size_t before = (seg->used_pages - npages) * (kPageSize / os::kOsPage);
+  const size_t before = size_t{seg->used_pages - npages} << kPageShift;  // bytes
   if (before == 0) return;
   // A segment found sparse is measured again a decay tick later, not at every fill:
   // a program that empties and fills a segment without touching its objects (`bench
@@ -566,8 +649,8 @@ void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages, ObjectS
   // objects) paid 13% of its time in the kernel's page-table walk.
   const uint64_t now = os::now_ms();
   if (seg->sparse_at_ms && now - seg->sparse_at_ms < decay_tick_ms()) return;
-  const size_t all = os::resident_pages(seg->page_addr(1), kMaxPages * kPageSize);
-  const size_t fresh_resident = os::resident_pages(fresh, npages * kPageSize);
+  const size_t all = os::resident_bytes(seg->page_addr(1), kMaxPages * kPageSize);
+  const size_t fresh_resident = os::resident_bytes(fresh, npages * kPageSize);
   const size_t resident = all > fresh_resident ? all - fresh_resident : 0;
   const bool dense = resident * 8 >= before * kThpDenseEighths;
   thp_eager_[static_cast<size_t>(objects)] = dense;
@@ -576,7 +659,7 @@ void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages, ObjectS
   advise_huge(seg, true);
   // The measured pages: the whole 2 MiB blocks before `fresh`, which the program may
   // never touch (a huge page there would make it all resident).
-  const size_t measured = static_cast<size_t>(fresh - seg->base()) & ~(os::kHugePage - 1);
+  const size_t measured = static_cast<size_t>(fresh - seg->base()) & ~(os::huge_page_bytes() - 1);
   if (seg->huge && measured && !seg->collapse_queued && collapse_queued_ < kCollapseQueue &&
       !collapse_unsupported_.load(std::memory_order_relaxed)) {
     collapse_queue_[collapse_queued_++] = CollapseRange{seg, measured, os::now_ms()};

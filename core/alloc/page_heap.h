@@ -79,6 +79,18 @@
 // MADV_NOHUGEPAGE when it is made, for the same reason (and so that the measure sees
 // 4 KiB faults). Segments are advised whole: one VMA per segment at most.
 //
+// OS pages larger than uslab's (16 and 64 KiB kernels, os::page_size): a page is
+// returned only with the whole OS page it lies on, when every page of that OS page is
+// free. A purge takes a dirty span's whole OS pages and those it shares with free
+// neighbours (a clean neighbour's pages read as zero either way); its pages on an OS
+// page that a span in use shares stay dirty, split off (they are resident anyway,
+// beside that span's), and are counted apart so that the background thread sleeps on
+// them; they go when that span is freed, merged with them. The pages after a
+// segment's header share its OS page: a request for a whole segment's pages takes
+// such a run as one dirty span (merge_mixed), and a wholly free segment is unmapped
+// whatever its spans' states. Huge pages are not used there (thp_fits: 32 or 512
+// MiB, larger than a segment), and under "always" every segment is advised off them.
+//
 // Invariants: a free span's page-map entries are set at its first and last page and
 // null inside; an allocated span's are set at its first and last page (slabs set the
 // pages between themselves). Pages of a clean (dirty == 0) free span read as zero.
@@ -130,6 +142,11 @@ struct PageHeapStats {
 // Cache-line aligned: one heap's counters must not share a line with the next's lock.
 class alignas(64) PageHeap {
  public:
+  // Transparent huge pages (above): whether they are in use (the option, the
+  // system's setting, and a huge page no larger than a segment: not with 16 or
+  // 64 KiB OS pages, whose huge pages are 32 or 512 MiB).
+  static bool thp_enabled();
+  static bool thp_fits();
   static constexpr size_t kMaxPages = kPagesPerSegment - 1;  // usable pages per segment
   static constexpr size_t kStealReserve = 64;                // 512 KiB
   // A segment counts as full with fewer free pages than this: slabs of 2-7 pages
@@ -211,7 +228,9 @@ class alignas(64) PageHeap {
   static void after_free(size_t dirty_pages);
   // Merges free span s (on no list) with its free neighbours of the same state
   // (dirty or clean) and sets its bounds.
-  void coalesce(Span* s) USLAB_REQUIRES(lock_);
+  // Merges free span s (on no list) with its free neighbours of its state; with
+  // `any_state`, with every free neighbour, as long as there are, into a dirty span.
+  void coalesce(Span* s, bool any_state = false) USLAB_REQUIRES(lock_);
   Span* find_free(size_t npages) USLAB_REQUIRES(lock_);
   static bool is_free(const Span* n);  // a neighbour from the page map
   Span* grow_heap(size_t want, ObjectSize objects) USLAB_REQUIRES(lock_);
@@ -222,8 +241,11 @@ class alignas(64) PageHeap {
   Span* split_front(Span* s, size_t npages) USLAB_REQUIRES(lock_);
   void maybe_purge(uint64_t now) USLAB_REQUIRES(lock_);
   size_t purge_locked(uint64_t now, bool all) USLAB_REQUIRES(lock_);
-  // Returns a dirty free span's pages to the OS; its bytes.
-  size_t purge_span(Span* s) USLAB_REQUIRES(lock_);
+  // Returns a dirty free span's whole OS pages to the OS (bytes in *bytes): the span
+  // that is now clean (merged with its clean neighbours), or nullptr when none was
+  // whole. Its pages on OS pages shared with a span in use stay dirty, split off
+  // (their count in *kept).
+  Span* purge_span(Span* s, size_t* bytes, size_t* kept = nullptr) USLAB_REQUIRES(lock_);
   // Before a segment is mapped for a request of npages: the dirty free spans shorter
   // than that could not serve it; purged, shortest first, down to the allowance
   // (kDirtyShare) of the heap that grows, or a segment's worth in another heap; but
@@ -233,9 +255,8 @@ class alignas(64) PageHeap {
   // enough for npages is purged, which merges them; the merged span, or nullptr.
   Span* merge_mixed(size_t npages) USLAB_REQUIRES(lock_);
   Span* new_span_desc() USLAB_REQUIRES(lock_);
-  // Transparent huge pages (above): whether they are in use, the advice, and the
-  // count of a segment's pages in use, which advises it once it is dense.
-  static bool thp_enabled();
+  // Transparent huge pages (above): the advice, and the count of a segment's pages
+  // in use, which advises it once it is dense.
   // Whether seg's free pages stay through decay purges (above).
   bool keeps_huge(const Segment* seg) const USLAB_REQUIRES(lock_);
   void advise_huge(Segment* seg, bool huge) USLAB_REQUIRES(lock_);
@@ -270,6 +291,8 @@ class alignas(64) PageHeap {
   size_t thp_splits_ USLAB_GUARDED_BY(lock_) = 0;
   size_t thp_collapses_ USLAB_GUARDED_BY(lock_) = 0;
   size_t thp_kept_pages_ USLAB_GUARDED_BY(lock_) = 0;  // by the last purge
+  // Dirty pages the last purge could not return: on OS pages a span in use shares.
+  size_t shared_kept_pages_ USLAB_GUARDED_BY(lock_) = 0;
   // Segments measured dense, waiting for MADV_COLLAPSE, the oldest first; a dense
   // segment that finds the queue full is left to khugepaged.
   static constexpr size_t kCollapseQueue = 8;

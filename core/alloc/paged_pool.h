@@ -1,8 +1,9 @@
 // core/alloc/paged_pool.h — fixed-size metadata records that give their memory back.
 //
-// Owns: PagedPool<T>, a pool of records (the page heaps' Span descriptors) carved from 4 KiB pages
-// of 256 KiB chunks that it maps for itself, aligned to their size, so that a record finds its
-// page's bookkeeping (at the start of its chunk) from its address. Each page keeps its own free
+// Owns: PagedPool<T>, a pool of records (the page heaps' Span descriptors) carved from OS pages
+// (os::page_size: 4, 16 or 64 KiB) of chunks of 64 pages that it maps for itself, aligned to
+// their size, so that a record finds its page's bookkeeping (at the start of its chunk) from its
+// address. Each page keeps its own free
 // list. Allocation takes from pages in use first, then from wholly free ones, then from purged or
 // fresh ones, so the pages emptied after a peak stay empty; purge() returns those that stayed
 // wholly free for the age its owner gives (a page heap: one decay tick) (MADV_DONTNEED), and a
@@ -55,8 +56,8 @@ class PagedPool {
     Link* l = reinterpret_cast<Link*>(t);
     l->next = pg->free;
     pg->free = l;
-    if (++pg->nfree == kPerPage) {
-      if (kPerPage > 1) partial_.remove(pg);
+    if (++pg->nfree == per_page()) {
+      if (per_page() > 1) partial_.remove(pg);
       pg->empty_since = os::now_ms();
       empty_.push_front(pg);
     } else if (pg->nfree == 1) {
@@ -76,11 +77,11 @@ class PagedPool {
       next = pg->next;
       if (!all && now - pg->empty_since < age_ms) continue;
       empty_.remove(pg);
-      os::purge(address_of(pg), kPage);
+      os::purge(address_of(pg), page());
       pg->free = nullptr;
       pg->nfree = 0;
       clean_.push_front(pg);
-      bytes += kPage;
+      bytes += page();
       if (--carved_pages(pg) == 0) bytes += unmap_chunk(pg);
     }
     g_paged_pool_bytes.fetch_sub(bytes, std::memory_order_relaxed);
@@ -88,13 +89,14 @@ class PagedPool {
   }
 
  private:
-  // 256 KiB: a shard's heap that carves few spans maps little address space (it
-  // counts against RLIMIT_AS) for them.
-  static constexpr size_t kChunk = size_t{256} << 10;
-  static constexpr size_t kPage = os::kOsPage;
-  static constexpr size_t kPages = kChunk / kPage;
-  static constexpr uint32_t kPerPage = static_cast<uint32_t>(kPage / sizeof(T));
-  static_assert(kPerPage >= 1 && kPage % alignof(T) == 0);
+  // A page is the OS's: a purge of less than one is refused, or wipes the records of
+  // the pages beside it. 64 of them: with 4 KiB pages, 256 KiB, so that a shard's heap
+  // that carves few spans maps little address space (it counts against RLIMIT_AS).
+  static constexpr size_t kPages = 64;
+  static size_t page() { return os::page_size(); }
+  static size_t chunk() { return kPages * page(); }
+  static uint32_t per_page() { return static_cast<uint32_t>(page() / sizeof(T)); }
+  static_assert(4096 / sizeof(T) >= 1 && 4096 % alignof(T) == 0);
 
   struct Link {
     Link* next;
@@ -108,30 +110,32 @@ class PagedPool {
     Page* prev;
     Page* next;
   };
-  static constexpr size_t kHeaderPages = (kPages * sizeof(Page) + kPage - 1) / kPage;
+  // Pages of bookkeeping at a chunk's start: one for any page size.
+  static constexpr size_t kHeaderPages = 1;
+  static_assert(kPages * sizeof(Page) <= 4096);
 
   static Page* page_of(const void* p) {
-    uintptr_t a = reinterpret_cast<uintptr_t>(p), chunk = a & ~(kChunk - 1);
-    return reinterpret_cast<Page*>(chunk) + (a - chunk) / kPage;
+    uintptr_t a = reinterpret_cast<uintptr_t>(p), chunk = a & ~(PagedPool::chunk() - 1);
+    return reinterpret_cast<Page*>(chunk) + (a - chunk) / page();
   }
   // The chunk's count of carved (not clean) pages, kept in the bookkeeping entry of
   // its first page, which holds no records.
   static uint32_t& carved_pages(Page* pg) {
-    return reinterpret_cast<Page*>(reinterpret_cast<uintptr_t>(pg) & ~(kChunk - 1))->nfree;
+    return reinterpret_cast<Page*>(reinterpret_cast<uintptr_t>(pg) & ~(chunk() - 1))->nfree;
   }
   static char* address_of(Page* pg) {
-    uintptr_t chunk = reinterpret_cast<uintptr_t>(pg) & ~(kChunk - 1);
-    return reinterpret_cast<char*>(chunk) + (pg - reinterpret_cast<Page*>(chunk)) * kPage;
+    uintptr_t c = reinterpret_cast<uintptr_t>(pg) & ~(chunk() - 1);
+    return reinterpret_cast<char*>(c) + (pg - reinterpret_cast<Page*>(c)) * page();
   }
 
   // Maps a chunk; its pages (past the bookkeeping) join clean_, lowest address first.
   bool grow() {
-    char* chunk = static_cast<char*>(os::map_aligned(kChunk, kChunk));
-    if (!chunk) return false;
-    os::advise_huge(chunk, kChunk, false);         // metadata: small pages (os::map_metadata)
-    Page* pages = reinterpret_cast<Page*>(chunk);  // fresh mapping: all zero
+    char* c = static_cast<char*>(os::map_aligned(chunk(), chunk()));
+    if (!c) return false;
+    os::advise_huge(c, chunk(), false);        // metadata: small pages (os::map_metadata)
+    Page* pages = reinterpret_cast<Page*>(c);  // fresh mapping: all zero
     for (size_t i = kPages; i-- > kHeaderPages;) clean_.push_front(&pages[i]);
-    g_paged_pool_bytes.fetch_add(kHeaderPages * kPage, std::memory_order_relaxed);
+    g_paged_pool_bytes.fetch_add(kHeaderPages * page(), std::memory_order_relaxed);
     return true;
   }
 
@@ -139,24 +143,24 @@ class PagedPool {
   // (Address space counts against RLIMIT_AS: a pool that kept its chunks after a
   // peak left a program fewer large blocks once it had freed everything.)
   size_t unmap_chunk(Page* pg) {
-    Page* pages = reinterpret_cast<Page*>(reinterpret_cast<uintptr_t>(pg) & ~(kChunk - 1));
+    Page* pages = reinterpret_cast<Page*>(reinterpret_cast<uintptr_t>(pg) & ~(chunk() - 1));
     for (size_t i = kHeaderPages; i < kPages; i++) clean_.remove(&pages[i]);
-    os::unmap(pages, kChunk);
-    return kHeaderPages * kPage;
+    os::unmap(pages, chunk());
+    return kHeaderPages * page();
   }
 
   // Links every record of a clean page into its free list.
   void carve(Page* pg) {
     char* base = address_of(pg);
     pg->free = nullptr;
-    for (uint32_t i = kPerPage; i-- > 0;) {
+    for (uint32_t i = per_page(); i-- > 0;) {
       Link* l = reinterpret_cast<Link*>(base + size_t{i} * sizeof(T));
       l->next = pg->free;
       pg->free = l;
     }
-    pg->nfree = kPerPage;
+    pg->nfree = per_page();
     carved_pages(pg)++;
-    g_paged_pool_bytes.fetch_add(kPage, std::memory_order_relaxed);
+    g_paged_pool_bytes.fetch_add(page(), std::memory_order_relaxed);
   }
 
   IntrusiveList<Page> partial_;

@@ -55,12 +55,14 @@ void prepare_cpu(uint32_t c) {
 // double free), and a never-written page that is read first maps the zero page
 // (first_touch.h). A sheaf's first slot page was such a page whenever the CPU freed
 // into it before it allocated from it. One system call for the pages not backed yet.
-constexpr uint32_t kPerPage = os::kOsPage / sizeof(void*);
-static_assert((size_t{1} << kCpuRegionShift) / os::kOsPage <= 64, "a bit per page");
+// The pages are the OS's (4, 16 or 64 KiB): 64, 16 or 4 of them a region.
+static_assert((size_t{1} << kCpuRegionShift) / 4096 <= 64, "a bit per page");
+unsigned slots_per_page_shift() { return __builtin_ctzll(os::page_size() / sizeof(void*)); }
 
 // The region's pages that slots begin … end of a sheaf lie on (a bit each).
 uint64_t slot_pages(unsigned idx, uint32_t end) {
-  uint32_t first = begin_of(idx) / kPerPage, last = end / kPerPage;
+  const unsigned shift = slots_per_page_shift();
+  uint32_t first = begin_of(idx) >> shift, last = end >> shift;
   return (~uint64_t{0} >> (63 - last)) & (~uint64_t{0} << first);
 }
 
@@ -70,7 +72,7 @@ void prepare_slots(uint32_t c, CpuMeta& m, unsigned idx, uint32_t end) {
   if (!missing) return;
   uint32_t lo = static_cast<uint32_t>(__builtin_ctzll(missing));
   uint32_t hi = 63 - static_cast<uint32_t>(__builtin_clzll(missing));
-  os::populate(region_of(c) + size_t{lo} * os::kOsPage, size_t{hi - lo + 1} * os::kOsPage);
+  os::populate(region_of(c) + size_t{lo} * os::page_size(), size_t{hi - lo + 1} * os::page_size());
   m.pages_ready |= want;
 }
 
@@ -538,7 +540,7 @@ void release_idle_slot_pages(uint32_t c, CpuMeta& m) {
   while (release) {
     uint32_t lo = static_cast<uint32_t>(__builtin_ctzll(release)), hi = lo;
     while (hi + 1 < 64 && (release >> (hi + 1) & 1)) hi++;
-    os::purge(region_of(c) + size_t{lo} * os::kOsPage, size_t{hi - lo + 1} * os::kOsPage);
+    os::purge(region_of(c) + size_t{lo} * os::page_size(), size_t{hi - lo + 1} * os::page_size());
     uint64_t run = (~uint64_t{0} >> (63 - hi)) & (~uint64_t{0} << lo);
     release &= ~run;
     m.pages_ready &= ~run;
@@ -720,7 +722,7 @@ size_t percpu_header_bytes() {
   size_t pages = 0;
   for (uint32_t c = 0; c < g_cpu_count; c++)
     pages += __atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE);
-  return pages * os::kOsPage;
+  return pages * os::page_size();
 }
 
 PerCpuStats percpu_stats() {

@@ -40,13 +40,17 @@ bool PageMap::reserve(const void* base, size_t bytes) {
 }
 
 void PageMap::release_segment(const void* base) {
-  static_assert((kSegmentSize >> kPageShift) * sizeof(uintptr_t) == os::kOsPage,
-                "a segment's entries fill one page of its leaf");
+  constexpr size_t kEntryBytes = (kSegmentSize >> kPageShift) * sizeof(uintptr_t);
+  static_assert(kEntryBytes == 4096, "a segment's entries fill a 4 KiB page of its leaf");
   uintptr_t a = reinterpret_cast<uintptr_t>(base);
   Leaf* leaf = root_[a >> (kPageShift + kLeafBits)].load(std::memory_order_relaxed);
   // Before the unmap: once the range is unmapped, a new segment there may be setting
   // entries in this page.
-  os::purge(&leaf->e[(a >> kPageShift) & ((uintptr_t{1} << kLeafBits) - 1)], os::kOsPage);
+  std::atomic<uintptr_t>* e = &leaf->e[(a >> kPageShift) & ((uintptr_t{1} << kLeafBits) - 1)];
+  if (os::page_size() == kEntryBytes) return os::purge(e, kEntryBytes);
+  // A larger OS page holds other segments' entries too, which other threads may be
+  // setting: this segment's are cleared, and the page stays.
+  for (size_t i = 0; i < kSegmentSize >> kPageShift; i++) e[i].store(0, std::memory_order_relaxed);
 }
 
 Segment* segment_create_normal(bool advise, bool huge) {
@@ -66,15 +70,25 @@ Segment* segment_create_normal(bool advise, bool huge) {
 }
 
 Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard) {
-  // The object starts after the header page, or at `align` when that is larger.
-  size_t offset = align > kPageSize ? align : kPageSize;
-  size_t obj_bytes = (bytes + kPageSize - 1) & ~(kPageSize - 1);
-  size_t tail = guard ? os::kOsPage : 0;
+  // The object starts after the header's page (uslab's or the OS's, whichever is
+  // larger) and, with `guard`, the OS page of the guard before it, or at `align` when
+  // that is larger. A guarded object fills whole OS pages, so that its guard after it
+  // starts right at its usable end.
+  const size_t page = os::page_size();
+  size_t offset = guard && 2 * page > page_granule() ? 2 * page : page_granule();
+  if (align > offset) offset = align;
+  const size_t unit = guard ? page_granule() : kPageSize;
+  size_t obj_bytes = (bytes + unit - 1) & ~(unit - 1);
+  size_t tail = guard ? page : 0;
   if (obj_bytes < bytes || offset + obj_bytes + tail < obj_bytes) return nullptr;
   size_t total = offset + obj_bytes + tail;
   size_t map_align = align > kSegmentSize ? align : kSegmentSize;
   void* mem = os::map_aligned(total, map_align);
   if (!mem) return nullptr;
+  // Under THP "always" with 16 or 64 KiB OS pages, a huge page is 32 or 512 MiB: a
+  // first touch would make that much resident (the normal segments' rule, page_heap.h).
+  if (os::huge_page_bytes() > kSegmentSize && os::thp_mode() == os::ThpMode::kAlways)
+    os::advise_huge(mem, total, false);
   char* obj = static_cast<char*>(mem) + offset;
   if (!PageMap::reserve(obj, kPageSize)) {
     os::unmap(mem, total);
@@ -83,9 +97,8 @@ Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard)
   // The OS pages just before and just after the object (the header sits in the
   // mapping's first one). A refused mprotect (vm.max_map_count) leaves the object
   // without guards rather than failing the allocation.
-  if (guard && !(os::protect(obj - os::kOsPage, os::kOsPage, false) &&
-                 os::protect(obj + obj_bytes, tail, false)))
-    os::protect(obj - os::kOsPage, os::kOsPage, true);
+  if (guard && !(os::protect(obj - page, page, false) && os::protect(obj + obj_bytes, page, false)))
+    os::protect(obj - page, page, true);
   Segment* seg = static_cast<Segment*>(mem);
   seg->kind = SegmentKind::kHuge;
   seg->mapped_bytes = total;

@@ -212,6 +212,11 @@ class PageMap {
 };
 
 // Create a normal segment (header initialised, page-map leaves reserved).
+// uslab's page or the OS page, whichever is larger: the unit of what is mapped,
+// protected or returned on its own (a huge object's header, object and guards, a
+// guarded slot's parts).
+inline size_t page_granule() { return os::page_size() > kPageSize ? os::page_size() : kPageSize; }
+
 // With `advise`, the mapping is advised MADV_HUGEPAGE (`huge`) or MADV_NOHUGEPAGE
 // before its header is written: the header's write would otherwise fault a 4 KiB
 // page into the first 2 MiB and keep that half off huge pages. Segment::huge tells

@@ -27,10 +27,21 @@ bool ours(const struct sigaction& sa) {
 }
 
 // The slot whose object an access at `a` concerns: the slot it lies in, or, in the
-// guard after a slot's area, that slot (an overflow). kNone outside the pool.
+// guard after a slot's area, the live object nearer to it: that slot's (an overflow)
+// or the next one's, when that starts at its slot's start (an underflow: an object
+// that fills its area's last OS page does with 64 KiB pages). kNone outside the pool.
 uint32_t slot_at(uintptr_t a) {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(__atomic_load_n(&g_pool.base, __ATOMIC_ACQUIRE));
+  if (base && a < base && base - a <= page_granule()) return 0;  // the guard before slot 0
   if (!in_pool(reinterpret_cast<const void*>(a))) return kNone;
-  return static_cast<uint32_t>((a - reinterpret_cast<uintptr_t>(g_pool.base)) / kSlotBytes);
+  const uint32_t i =
+      static_cast<uint32_t>((a - reinterpret_cast<uintptr_t>(g_pool.base)) / slot_bytes());
+  if (a < reinterpret_cast<uintptr_t>(area_end(i)) || i + 1 >= g_pool.count) return i;
+  auto live = [](const Slot& s) { return s.state.load(std::memory_order_acquire) == SlotState::kLive; };
+  const Slot &s = g_pool.slots[i], &n = g_pool.slots[i + 1];
+  if (!live(n)) return i;
+  const uintptr_t next = reinterpret_cast<uintptr_t>(n.object) - a;
+  return live(s) && a - (reinterpret_cast<uintptr_t>(s.object) + s.size) <= next ? i : i + 1;
 }
 
 // Passes a fault outside the pool on as if the handler were not there.
@@ -94,7 +105,7 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
   // Recoverable: the slot stays open for good (reported once) and the access is
   // retried.
   s.state.store(SlotState::kBurned, std::memory_order_release);
-  set_access(slot_base(i), kSlotBytes, true);
+  set_access(slot_base(i), slot_bytes(), true);
 }
 
 void print_stack(prof::Symbolizer& sym, const char* title, uint32_t tid,

@@ -15,8 +15,8 @@
 //    objects up to kAreaBytes take part through the large allocations' byte
 //    countdown (sample_large), whose sample points heap.cc gives to the profiler or
 //    here as the schedule picks.
-//  - A slot: kSlotBytes of address space, kAreaBytes for the object and a guard of
-//    kPageSize after it. The object lies at the end of the area (an overflow past it
+//  - A slot: slot_bytes() of address space, kAreaBytes for the object and a guard of
+//    a page after it (uslab's or the OS's, the larger: page_granule). The object lies at the end of the area (an overflow past it
 //    touches the guard at once) or, half of the time, at the start of its last pages
 //    (an underflow touches the inaccessible page before it), its alignment kept; the
 //    rest of its pages is filled with kFill and checked at free. Only the object's
@@ -65,7 +65,8 @@ namespace uslab::guard {
 // mapping of their own that guard=true gives).
 constexpr size_t kAreaBytes = size_t{64} << 10;
 static_assert(kAreaBytes >= kMaxSmall && kAreaBytes % kPageSize == 0);
-constexpr size_t kSlotBytes = kAreaBytes + kPageSize;
+static_assert(kAreaBytes % os::kMaxOsPage == 0, "the area is whole OS pages of any size");
+inline size_t slot_bytes() { return kAreaBytes + page_granule(); }
 constexpr uint8_t kFill = 0xd7;  // the object's pages around it, checked at free
 
 // Registers the sampling client when guard_sample asks for it (the library's
@@ -126,7 +127,7 @@ constexpr uint32_t kNone = ~uint32_t{0};
 
 struct Pool {
   Mutex lock;
-  char* base = nullptr;  // kSlotBytes a slot; published once (release), never moved
+  char* base = nullptr;  // slot_bytes() a slot; published once (release), never moved
   Slot* slots = nullptr;
   Span* spans = nullptr;
   uint32_t count = 0;  // slots (written before base is published)
@@ -146,13 +147,13 @@ extern Pool g_pool;
 inline bool in_pool(const void* p) {
   const char* b = __atomic_load_n(&internal::g_pool.base, __ATOMIC_ACQUIRE);
   return b && static_cast<size_t>(static_cast<const char*>(p) - b) <
-                  size_t{internal::g_pool.count} * kSlotBytes;
+                  size_t{internal::g_pool.count} * slot_bytes();
 }
 
 namespace internal {
 
 // The first byte of slot i and its object's accessible pages [first, end).
-inline char* slot_base(uint32_t i) { return g_pool.base + size_t{i} * kSlotBytes; }
+inline char* slot_base(uint32_t i) { return g_pool.base + size_t{i} * slot_bytes(); }
 inline char* area_end(uint32_t i) { return slot_base(i) + kAreaBytes; }
 // Makes [p, p + bytes) of the pool accessible (open) or not, by the pool's means; a
 // closed range's pages are given back. False when the kernel refused.
@@ -163,7 +164,7 @@ inline bool set_access(char* p, size_t bytes, bool open) {
   return true;
 }
 inline char* pages_start(const Slot& s) {
-  return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(s.object) & ~(os::kOsPage - 1));
+  return reinterpret_cast<char*>(os::page_down(reinterpret_cast<uintptr_t>(s.object)));
 }
 
 // Installs the fault handler, or again when the program replaced it.

@@ -40,18 +40,22 @@ bool create_pool() USLAB_REQUIRES(g_pool.lock) {
   if (g_pool.failed) return false;
   g_pool.failed = true;
   const uint32_t n = static_cast<uint32_t>(g_config.guard_slots);
-  const size_t bytes = size_t{n} * kSlotBytes;
-  char* base = static_cast<char*>(os::map_aligned(bytes, kPageSize));
-  if (!base) return false;
+  // A guard before the first slot too: an object at its slot's start (with 64 KiB
+  // pages, one that fills its area) has one before it as the others do.
+  const size_t lead = page_granule();
+  const size_t bytes = lead + size_t{n} * slot_bytes();
+  char* map = static_cast<char*>(os::map_aligned(bytes, lead));
+  if (!map) return false;
+  char* base = map + lead;
   const size_t meta = size_t{n} * (sizeof(Slot) + sizeof(Span)) + alignof(Span);
   char* m = static_cast<char*>(os::map_metadata(meta));
   // Guard regions where the kernel has them, over a mapping left read/write (in
   // small pages: under THP "always" a huge page would make 2 MiB of slots resident).
-  os::advise_huge(base, bytes, false);
-  g_pool.regions = os::guard_region(base, bytes, true);
-  if (!m || (!g_pool.regions && !os::protect(base, bytes, false)) ||
-      !PageMap::reserve(base, bytes)) {
-    os::unmap(base, bytes);
+  os::advise_huge(map, bytes, false);
+  g_pool.regions = os::guard_region(map, bytes, true);
+  if (!m || (!g_pool.regions && !os::protect(map, bytes, false)) ||
+      !PageMap::reserve(base, bytes - lead)) {
+    os::unmap(map, bytes);
     if (m) os::unmap(m, meta);
     return false;
   }
@@ -62,10 +66,10 @@ bool create_pool() USLAB_REQUIRES(g_pool.lock) {
     Span* s = &spans[i];
     s->kind = SpanKind::kGuarded;
     s->first_page = i;
-    s->npages = static_cast<uint32_t>(kSlotBytes >> kPageShift);
-    char* at = base + size_t{i} * kSlotBytes;
+    s->npages = static_cast<uint32_t>(slot_bytes() >> kPageShift);
+    char* at = base + size_t{i} * slot_bytes();
     s->start = at;
-    for (size_t off = 0; off < kSlotBytes; off += kPageSize) PageMap::set(at + off, s);
+    for (size_t off = 0; off < slot_bytes(); off += kPageSize) PageMap::set(at + off, s);
   }
   g_pool.slots = slots;
   g_pool.spans = spans;
@@ -106,7 +110,7 @@ const char* first_changed(const char* p, const char* end) {
 bool fill_intact(const Slot& s, const char** bad) {
   const char* page = pages_start(s);
   const char* end = s.object + s.size;
-  const char* limit = page + ((end - page + os::kOsPage - 1) & ~(os::kOsPage - 1));
+  const char* limit = page + os::page_up(static_cast<size_t>(end - page));
   if ((*bad = first_changed(page, s.object)) != s.object) return false;
   return (*bad = first_changed(end, limit)) == limit;
 }
@@ -141,7 +145,7 @@ void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
   // the area ends on a kPageSize boundary (a class aligned beyond a page is a
   // multiple of it; a large object asks for at most a page).
   const bool at_start = at_start_of_pages();
-  const size_t unit = at_start && align < os::kOsPage ? os::kOsPage : align;
+  const size_t unit = at_start && align < os::page_size() ? os::page_size() : align;
   char* obj = area_end(i) - ((size + unit - 1) & ~(unit - 1));
   s.object = obj;
   s.size = static_cast<uint32_t>(size);

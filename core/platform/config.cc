@@ -173,6 +173,11 @@ void apply(Config& cfg, const char* k, size_t klen, const char* v, size_t vlen,
     ok = parse_bool(v, vlen, &cfg.memory_limit_hard);
   } else if (key_is(k, klen, "live_stats")) {
     ok = parse_bool(v, vlen, &cfg.live_stats);
+  } else if (key_is(k, klen, "os_page")) {
+    uint64_t bytes;
+    ok = parse_size(v, vlen, &bytes) && bytes >= 4096 && bytes <= os::kMaxOsPage &&
+         (bytes & (bytes - 1)) == 0;
+    if (ok) cfg.os_page = bytes;
   } else if (key_is(k, klen, "thp")) {
     ok = parse_bool(v, vlen, &cfg.thp);
   } else if (key_is(k, klen, "poison")) {
@@ -311,6 +316,7 @@ USLAB_STARTUP_TEXT void config_init() {
   if (stats && !parse_stats(stats, strlen(stats), &cfg))
     os::print_stderr("uslab: USLAB_STATS: bad value '%s', using the default\n", stats);
   if (cfg.poison) cfg.percpu = cfg.tcache = false;  // every object through its slab
+  cfg.os_page = os::set_page_size(cfg.os_page);
   g_config = cfg;
   state.store(2, std::memory_order_release);
 }

@@ -52,6 +52,10 @@ struct Config {
   enum class SheafAddressing : uint8_t { kAuto, kIndex, kBase };
   SheafAddressing sheaf_addressing = SheafAddressing::kAuto;
   bool thp = true;  // transparent huge pages for dense segments (page_heap.h)
+  // The OS page the allocator works with (os::page_size): the kernel's, or a larger
+  // power of two up to 64 KiB asked for here, so that a 4 KiB kernel runs every
+  // page-granular path as a 16 or 64 KiB one does (the tests' page shapes).
+  uint64_t os_page = 0;
   // Checking for debugging (both off by default). poison: freed small objects are
   // filled with kPoisonByte and checked when they are handed out again, and every
   // allocation and free goes to the slabs (config_init turns percpu and tcache off),

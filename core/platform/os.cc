@@ -1,6 +1,7 @@
 // core/platform/os.cc — raw syscalls, clock and allocation-free diagnostics.
 // See os.h for the rules; no locks here, every function is reentrant.
 #include "core/platform/os.h"
+#include "core/platform/config.h"
 #include "core/platform/mutex.h"
 #include "core/platform/track.h"
 
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/auxv.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -54,10 +56,43 @@ long syscall6(long nr, long a, long b, long c, long d, long e, long f) {
 
 static bool failed(long r) { return r < 0 && r > -4096; }
 
-void* map(size_t bytes) {
+// 0 until set_page_size; then never written again.
+static constinit size_t g_page_size = 0;
+static constinit size_t g_kernel_page = 4096;
+
+size_t page_size() {
+  size_t p = __atomic_load_n(&g_page_size, __ATOMIC_RELAXED);
+  if (__builtin_expect(p != 0, 1)) return p;
+  config_init();  // sets it
+  return __atomic_load_n(&g_page_size, __ATOMIC_RELAXED);
+}
+
+size_t kernel_page_size() {
+  page_size();  // sets it
+  return g_kernel_page;
+}
+
+size_t set_page_size(size_t at_least) {
+  size_t kernel = getauxval(AT_PAGESZ);
+  if (kernel < 4096 || (kernel & (kernel - 1))) kernel = 4096;
+  if (kernel > kMaxOsPage)
+    fatal("uslab: the kernel's pages of %zu bytes are larger than the %zu it supports\n", kernel,
+          kMaxOsPage);
+  g_kernel_page = kernel;
+  size_t p = at_least > kernel ? at_least : kernel;
+  __atomic_store_n(&g_page_size, p, __ATOMIC_RELAXED);
+  return p;
+}
+
+static void* map_raw(size_t bytes) {
   long r = syscall6(SYS_mmap, 0, (long)bytes, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return failed(r) ? nullptr : reinterpret_cast<void*>(r);
+}
+
+// Aligned to page_size(), which the os_page option may set above the kernel's.
+void* map(size_t bytes) {
+  return page_size() > g_kernel_page ? map_aligned(bytes, page_size()) : map_raw(bytes);
 }
 
 void* map_named(const char* name, size_t bytes) {
@@ -83,8 +118,8 @@ extern "C" char __bss_start[] __attribute__((visibility("hidden")));
 extern "C" char _end[] __attribute__((visibility("hidden")));
 
 void advise_bss_small_pages() {
-  uintptr_t lo = (reinterpret_cast<uintptr_t>(__bss_start) + kOsPage - 1) & ~(kOsPage - 1);
-  uintptr_t hi = (reinterpret_cast<uintptr_t>(_end) + kOsPage - 1) & ~(kOsPage - 1);
+  uintptr_t lo = page_up(reinterpret_cast<uintptr_t>(__bss_start));
+  uintptr_t hi = page_up(reinterpret_cast<uintptr_t>(_end));
   if (hi > lo) advise_huge(reinterpret_cast<void*>(lo), hi - lo, false);
 }
 
@@ -107,9 +142,9 @@ void unmap_if_unclaimed(void* p, size_t bytes) {
 }
 
 void* map_aligned(size_t bytes, size_t align) {
-  if (align <= kOsPage) return map(bytes);
+  if (align <= g_kernel_page) return map_raw(bytes);
   // Try exact first: the kernel often hands out aligned addresses for large sizes.
-  char* p = static_cast<char*>(map(bytes));
+  char* p = static_cast<char*>(map_raw(bytes));
   if (!p) return nullptr;
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
   if ((a & (align - 1)) == 0) return p;
@@ -120,9 +155,9 @@ void* map_aligned(size_t bytes, size_t align) {
   uintptr_t down = a & ~(uintptr_t)(align - 1);
   if (void* q = map_at(down, bytes)) return q;
   if (void* q = map_at(down + align, bytes)) return q;
-  size_t over = bytes + align - kOsPage;
+  size_t over = bytes + align - g_kernel_page;
   if (over < bytes) return nullptr;
-  p = static_cast<char*>(map(over));
+  p = static_cast<char*>(map_raw(over));
   if (!p) return nullptr;
   uintptr_t start = (reinterpret_cast<uintptr_t>(p) + align - 1) & ~(uintptr_t)(align - 1);
   size_t head = start - reinterpret_cast<uintptr_t>(p);
@@ -158,24 +193,28 @@ bool remap_to(void* p, size_t old_bytes, size_t new_bytes, void* to) {
   return true;
 }
 
-void purge(void* p, size_t bytes) { syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
+void purge(void* p, size_t bytes) {
+  USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)) && page_aligned(bytes));
+  syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
 
 void populate(const void* p, size_t bytes) {
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14's value (older headers lack it)
 #endif
-  uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(kOsPage - 1);
-  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + kOsPage - 1) & ~(kOsPage - 1);
+  uintptr_t lo = page_down(reinterpret_cast<uintptr_t>(p));
+  uintptr_t hi = page_up(reinterpret_cast<uintptr_t>(p) + bytes);
   syscall6(SYS_madvise, (long)lo, (long)(hi - lo), MADV_POPULATE_WRITE);
 }
 
 bool protect(void* p, size_t bytes, bool accessible) {
+  USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)) && page_aligned(bytes));
   return syscall6(SYS_mprotect, (long)p, (long)bytes,
                   accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
 bool guard_region(void* p, size_t bytes, bool install) {
   constexpr int kInstall = 102, kRemove = 103;  // Linux 6.13's values (older headers lack them)
+  USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)) && page_aligned(bytes));
   return syscall6(SYS_madvise, (long)p, (long)bytes, install ? kInstall : kRemove) == 0;
 }
 
@@ -227,6 +266,7 @@ ThpMode thp_mode() {
 }
 
 bool advise_huge(void* p, size_t bytes, bool huge) {
+  USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)));
   return syscall6(SYS_madvise, (long)p, (long)bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0;
 }
 
@@ -236,13 +276,14 @@ int collapse(void* p, size_t bytes) {
   return r == 0 ? 0 : static_cast<int>(-r);
 }
 
-size_t resident_pages(const void* p, size_t bytes) {
-  unsigned char vec[1024];  // 4 MiB of OS pages
-  size_t n = bytes / kOsPage;
+size_t resident_bytes(const void* p, size_t bytes) {
+  unsigned char vec[1024];  // 4 MiB of 4 KiB pages
+  USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)));
+  size_t n = (bytes + g_kernel_page - 1) / g_kernel_page;  // mincore's are the kernel's pages
   if (n > sizeof vec || syscall6(SYS_mincore, (long)p, (long)bytes, (long)vec) != 0) return 0;
   size_t resident = 0;
   for (size_t i = 0; i < n; i++) resident += vec[i] & 1;
-  return resident;
+  return resident * g_kernel_page;
 }
 
 void futex_wait(const uint32_t* addr, uint32_t expected) {

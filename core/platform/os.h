@@ -56,6 +56,24 @@ namespace uslab::os {
 // Raw syscall; returns -errno on failure, never touches errno.
 long syscall6(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0, long f = 0);
 
+// The OS page: the kernel's (AT_PAGESZ: 4 KiB on x86-64; 4, 16 or 64 KiB on arm64),
+// or the larger one the os_page option asks for (config.h), fixed by config_init
+// before anything maps memory and read-only after. Every page-granular call here
+// (purge, protect, populate, guard_region, advise_huge, resident_bytes, bind_node)
+// takes ranges aligned to it: the kernel refuses an unaligned start, and rounds an
+// unaligned length up over whatever follows (a purge would wipe a neighbour's data).
+// uslab's own page (kPageSize, 8 KiB) may be smaller; page_heap.h says what then.
+size_t page_size();
+inline uintptr_t page_down(uintptr_t a) { return a & ~(uintptr_t)(page_size() - 1); }
+inline uintptr_t page_up(uintptr_t a) { return page_down(a + page_size() - 1); }
+inline bool page_aligned(uintptr_t a) { return (a & (page_size() - 1)) == 0; }
+// The kernel's page (AT_PAGESZ), whatever os_page says: what other code aligns to.
+size_t kernel_page_size();
+// Called once by config_init: the kernel's page, or `at_least` when that is a
+// larger power of two up to kMaxOsPage (the option's check); the page size chosen.
+size_t set_page_size(size_t at_least);
+constexpr size_t kMaxOsPage = size_t{64} << 10;
+
 // Anonymous private read/write mapping; nullptr on failure.
 void* map(size_t bytes);
 // A private mapping of `bytes` of a new memfd called `name`, which /proc/PID/maps
@@ -112,14 +130,16 @@ bool advise_huge(void* p, size_t bytes, bool huge);
 // pages now, where khugepaged would take its time. 0, or the error: EINVAL on a kernel
 // without it, EAGAIN or ENOMEM when no huge page could be had.
 int collapse(void* p, size_t bytes);
-constexpr size_t kHugePage = size_t{2} << 20;  // x86-64's transparent huge page
+// The transparent huge page: a page table's worth of pages (2 MiB with 4 KiB pages,
+// 32 MiB with 16 KiB, 512 MiB with 64 KiB).
+inline size_t huge_page_bytes() { return page_size() / sizeof(void*) * page_size(); }
 // Bytes of this process's anonymous memory in transparent huge pages (AnonHugePages
 // of /proc/self/smaps_rollup), or -1 where the file cannot be read. The kernel walks
 // every mapping to answer: statistics call it when asked, never a hot path.
 long thp_resident_bytes();
-// How many OS pages of [p, p + bytes) (page-aligned, at most 4 MiB) are resident
+// How many bytes of [p, p + bytes) (page-aligned, at most 4 MiB) are resident
 // (mincore); 0 when the kernel refuses.
-size_t resident_pages(const void* p, size_t bytes);
+size_t resident_bytes(const void* p, size_t bytes);
 
 // Asks the kernel to place the pages of [p, p + bytes) on NUMA node `node`
 // (mbind, MPOL_PREFERRED: another node when that one is full, never an OOM); false
@@ -190,7 +210,6 @@ void print_stderr(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Sets errno = ENOMEM and returns nullptr: how every allocation path fails.
 void* fail_nomem();
 
-constexpr size_t kOsPage = 4096;
 
 // Bits of a user-space address: x86-64's 4-level page tables give 47; arm64's kernels
 // map user space below 2^48 (mmap stays there on 52-bit kernels unless asked above),

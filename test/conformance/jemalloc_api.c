@@ -14,6 +14,7 @@
 
 #include <sys/mman.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include "bench/proc_self.h"
 #include "include/uslab.h"
@@ -260,6 +261,9 @@ static void test_purge_names(void) {
 static bool thp_setting_on(void) {
   const char *conf = getenv("USLAB_CONF");
   if (conf && strstr(conf, "thp=false")) return false;
+  // With OS pages of 16 or 64 KiB (or uslab told so), a huge page is larger than a
+  // segment: none are used.
+  if ((conf && strstr(conf, "os_page=")) || sysconf(_SC_PAGESIZE) > 4096) return false;
   FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
   if (!f) return false;
   char line[128] = "";

@@ -42,7 +42,7 @@ TEST_CASE("huge-page collapses run on the background thread, never on a slow pat
   int major = 0, minor = 0;
   REQUIRE(uname(&u) == 0);
   sscanf(u.release, "%d.%d", &major, &minor);
-  if (!g_config.thp || os::thp_mode() == os::ThpMode::kNever || major * 100 + minor < 601)
+  if (!PageHeap::thp_enabled() || major * 100 + minor < 601)
     return;  // no MADV_COLLAPSE here: nothing is queued
   // The thread stops while the test ticks, and runs on its own at the end.
   const Config::Background saved_option = g_config.background_thread;

@@ -29,7 +29,7 @@ PageState page_state(const void* p) {
   static int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   REQUIRE(fd >= 0);
   uint64_t e = 0;
-  off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / os::kOsPage * sizeof e);
+  off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / os::kernel_page_size() * sizeof e);
   REQUIRE(pread(fd, &e, sizeof e, at) == static_cast<ssize_t>(sizeof e));
   return PageState{(e >> 63 & 1) != 0, (e >> 56 & 1) != 0};
 }
@@ -41,8 +41,8 @@ struct PageCount {
 };
 PageCount count_pages(const void* p, size_t bytes) {
   PageCount n{0, 0};
-  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(os::kOsPage - 1);
-  for (; a < reinterpret_cast<uintptr_t>(p) + bytes; a += os::kOsPage) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(os::kernel_page_size() - 1);
+  for (; a < reinterpret_cast<uintptr_t>(p) + bytes; a += os::kernel_page_size()) {
     PageState s = page_state(reinterpret_cast<void*>(a));
     if (s.present && s.exclusive) n.own++;
     if (s.present && !s.exclusive) n.zero++;
@@ -51,36 +51,36 @@ PageCount count_pages(const void* p, size_t bytes) {
 }
 
 size_t pages_overlapping(const void* p, size_t bytes) {
-  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(os::kOsPage - 1);
-  return (reinterpret_cast<uintptr_t>(p) + bytes - a + os::kOsPage - 1) / os::kOsPage;
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(os::kernel_page_size() - 1);
+  return (reinterpret_cast<uintptr_t>(p) + bytes - a + os::kernel_page_size() - 1) / os::kernel_page_size();
 }
 
 // Reads every page of the range (as the lists' searches do before anything is written).
 void read_pages(const void* p, size_t bytes) {
   const volatile char* c = static_cast<const volatile char*>(p);
-  for (size_t i = 0; i < bytes; i += os::kOsPage) (void)c[i];
+  for (size_t i = 0; i < bytes; i += os::kernel_page_size()) (void)c[i];
   (void)c[bytes - 1];
 }
 
 }  // namespace
 
 TEST_CASE("os::populate gives pages read as the zero page their own memory, contents kept") {
-  const size_t bytes = 3 * os::kOsPage;
+  const size_t bytes = 3 * os::kernel_page_size();
   char* p = static_cast<char*>(os::map(bytes));
   REQUIRE(p);
-  p[os::kOsPage + 5] = 42;
-  read_pages(p, os::kOsPage);  // page 0 read only: the zero page; page 2 untouched
+  p[os::kernel_page_size() + 5] = 42;
+  read_pages(p, os::kernel_page_size());  // page 0 read only: the zero page; page 2 untouched
   PageState zero = page_state(p);
   REQUIRE(zero.present);
   REQUIRE_FALSE(zero.exclusive);
-  REQUIRE_FALSE(page_state(p + 2 * os::kOsPage).present);
+  REQUIRE_FALSE(page_state(p + 2 * os::kernel_page_size()).present);
   os::populate(p + 1, bytes - 2);  // rounded out to whole pages
   PageCount n = count_pages(p, bytes);
   CHECK(n.own == 3);
   CHECK(n.zero == 0);
-  CHECK(p[os::kOsPage + 5] == 42);
+  CHECK(p[os::kernel_page_size() + 5] == 42);
   for (size_t i = 0; i < bytes; i++)
-    if (i != os::kOsPage + 5) REQUIRE(p[i] == 0);
+    if (i != os::kernel_page_size() + 5) REQUIRE(p[i] == 0);
   os::unmap(p, bytes);
 }
 
@@ -162,7 +162,7 @@ TEST_CASE("the statistics' metadata counts the shards' prepared arrays and the C
   heap::free(heap::alloc(64));  // this CPU's shard is prepared by now
   size_t shards = prepared_shard_bytes(), headers = percpu_header_bytes();
   CHECK(shards >= sizeof g_page_heap[0] + sizeof g_central[0]);
-  CHECK(shards % os::kOsPage == 0);
-  if (percpu_decided() && percpu_stats().cpus_used > 0) CHECK(headers >= os::kOsPage);
+  CHECK(shards % os::kernel_page_size() == 0);
+  if (percpu_decided() && percpu_stats().cpus_used > 0) CHECK(headers >= os::kernel_page_size());
   CHECK(heap::stats().metadata >= shards + headers);
 }

@@ -12,7 +12,7 @@ namespace {
 // Whether the page at p is mapped (mincore fails with ENOMEM on an unmapped range).
 bool mapped(void* p) {
   unsigned char v;
-  return mincore(p, os::kOsPage, &v) == 0;
+  return mincore(p, os::kernel_page_size(), &v) == 0;
 }
 }  // namespace
 

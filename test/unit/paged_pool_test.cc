@@ -18,12 +18,12 @@ namespace {
 struct alignas(128) Record {
   unsigned char bytes[256];
 };
-constexpr size_t kPerPage = os::kOsPage / sizeof(Record);
+const size_t kPerPage = os::page_size() / sizeof(Record);
 
 bool resident(const void* p) {
   unsigned char v = 0;
-  void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(os::kOsPage - 1));
-  REQUIRE(mincore(page, os::kOsPage, &v) == 0);
+  void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(os::kernel_page_size() - 1));
+  REQUIRE(mincore(page, os::kernel_page_size(), &v) == 0);
   return v & 1;
 }
 
@@ -41,7 +41,7 @@ TEST_CASE("a paged pool reuses pages in use first and purges pages left free") {
   }
   // Records of one page are contiguous: the first four pages' worth.
   char* page2 = reinterpret_cast<char*>(recs[2 * kPerPage]);
-  REQUIRE(reinterpret_cast<uintptr_t>(page2) % os::kOsPage == 0);
+  REQUIRE(reinterpret_cast<uintptr_t>(page2) % os::page_size() == 0);
   for (size_t i = 2 * kPerPage; i < 4 * kPerPage; i++) pool.free(recs[i]);
   pool.free(recs[5]);
   // The record freed in a page still in use comes back before any of the free pages'.
@@ -50,10 +50,10 @@ TEST_CASE("a paged pool reuses pages in use first and purges pages left free") {
   uint64_t now = os::now_ms();
   REQUIRE(pool.purge(now, 1000, false) == 0);  // not free for long enough yet
   REQUIRE(resident(page2));
-  REQUIRE(pool.purge(now + 1000, 1000, false) == 2 * os::kOsPage);
+  REQUIRE(pool.purge(now + 1000, 1000, false) == 2 * os::page_size());
   REQUIRE(!resident(page2));
-  REQUIRE(!resident(page2 + os::kOsPage));
-  REQUIRE(g_paged_pool_bytes.load() == before - 2 * os::kOsPage);
+  REQUIRE(!resident(page2 + os::page_size()));
+  REQUIRE(g_paged_pool_bytes.load() == before - 2 * os::page_size());
   // Carved again, the purged pages' records read as zero past their link word.
   bool zero = true;
   for (size_t i = 0; i < 2 * kPerPage; i++) {
@@ -66,10 +66,10 @@ TEST_CASE("a paged pool reuses pages in use first and purges pages left free") {
   REQUIRE(g_paged_pool_bytes.load() == before);
   for (Record* r : recs) pool.free(r);
   // All four pages purged: the chunk is wholly clean and goes, bookkeeping and all.
-  REQUIRE(pool.purge(0, 0, true) > 4 * os::kOsPage);
+  REQUIRE(pool.purge(0, 0, true) > 4 * os::page_size());
   REQUIRE(g_paged_pool_bytes.load() == at_start);
   unsigned char v;
-  REQUIRE(mincore(page2, os::kOsPage, &v) == -1);  // unmapped (ENOMEM)
+  REQUIRE(mincore(page2, os::kernel_page_size(), &v) == -1);  // unmapped (ENOMEM)
   REQUIRE(errno == ENOMEM);
   // And a new chunk serves the next record.
   Record* again = pool.alloc();
@@ -84,12 +84,12 @@ TEST_CASE("a page heap's descriptors go back with its pages") {
   bool z;
   std::vector<Span*> spans;
   // 40 pages of descriptors.
-  for (size_t i = 0; i < 40 * os::kOsPage / sizeof(Span); i++)
+  for (size_t i = 0; i < 40 * os::page_size() / sizeof(Span); i++)
     spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
   size_t during = g_paged_pool_bytes.load();
   for (Span* s : spans) ph.free(s);
   ph.purge(true);
-  REQUIRE(g_paged_pool_bytes.load() + 20 * os::kOsPage <= during);
+  REQUIRE(g_paged_pool_bytes.load() + 20 * os::page_size() <= during);
 }
 
 TEST_CASE("a page heap's descriptor pages go back a tick after they empty, not a decay") {
@@ -102,13 +102,13 @@ TEST_CASE("a page heap's descriptor pages go back a tick after they empty, not a
   bool z;
   Span* keep = ph.alloc(1, 1, SpanKind::kLarge, &z);
   std::vector<Span*> spans;
-  for (size_t i = 0; i < 40 * os::kOsPage / sizeof(Span); i++)
+  for (size_t i = 0; i < 40 * os::page_size() / sizeof(Span); i++)
     spans.push_back(ph.alloc(1, 1, SpanKind::kLarge, &z));
   for (Span* s : spans) ph.free(s);  // they merge: their descriptors are freed now
   size_t before = g_paged_pool_bytes.load();
   os::sleep_ns(150'000'000);
   ph.purge(false);  // the spans are not old enough; their descriptor pages are
-  CHECK(g_paged_pool_bytes.load() + 20 * os::kOsPage <= before);
+  CHECK(g_paged_pool_bytes.load() + 20 * os::page_size() <= before);
   g_config.decay_ms = saved;
   ph.free(keep);
   ph.purge(true);

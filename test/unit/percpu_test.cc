@@ -90,13 +90,15 @@ TEST_CASE("a CPU whose sheaves were all drained gives their pages back, and reus
   PinnedToOneCpu pinned;
   const int cpu = pinned.cpu;
   const cpu_set_t& saved_set = pinned.saved;
-  // Resident pages of the CPU's region past its first (mincore).
+  // Resident pages of the CPU's region past its first (mincore's are the kernel's;
+  // the region's first is uslab's, os_page's).
   auto resident = [&] {
     unsigned char v[64];
     char* r = g_cpu_region + (size_t{static_cast<uint32_t>(cpu)} << kCpuRegionShift);
     REQUIRE(mincore(r, size_t{1} << kCpuRegionShift, v) == 0);
+    const size_t pages = (size_t{1} << kCpuRegionShift) / os::kernel_page_size();
     int n = 0;
-    for (int i = 1; i < 64; i++) n += v[i] & 1;
+    for (size_t i = os::page_size() / os::kernel_page_size(); i < pages; i++) n += v[i] & 1;
     return n;
   };
   std::vector<void*> objs;

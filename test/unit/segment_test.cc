@@ -18,8 +18,8 @@ namespace {
 // Whether the OS page at p is mapped (mincore fails with ENOMEM on an unmapped one).
 bool mapped(const void* p) {
   unsigned char v;
-  void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(os::kOsPage - 1));
-  return mincore(page, os::kOsPage, &v) == 0;
+  void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(os::kernel_page_size() - 1));
+  return mincore(page, os::kernel_page_size(), &v) == 0;
 }
 
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
@@ -91,11 +91,11 @@ TEST_CASE("a huge segment holds one object after its header page, aligned as ask
   CHECK(seg->kind == SegmentKind::kHuge);
   CHECK(aligned(seg, kSegmentSize));  // transparent huge pages line up with it
   CHECK(seg->huge_span == &g_span);
-  CHECK(g_span.start == seg->base() + kPageSize);
+  CHECK(g_span.start == seg->base() + page_granule());
   CHECK(g_span.kind == SpanKind::kLarge);
   CHECK(g_span.segment == seg);
   CHECK(g_span.bytes() == 10 * kSegmentSize + kPageSize);  // rounded up to pages
-  CHECK(seg->mapped_bytes == kPageSize + g_span.bytes());
+  CHECK(seg->mapped_bytes == page_granule() + g_span.bytes());
   CHECK(segment_mapped_bytes() == before + seg->mapped_bytes);
   // The object's first page names the span; no other page of it has an entry.
   CHECK(PageMap::get(g_span.start) == &g_span);
@@ -126,7 +126,10 @@ TEST_CASE("a guarded huge object faults one page before it and one page past its
   char* obj = g_span.start;
   obj[0] = 1;
   obj[bytes - 1] = 1;
-  CHECK(seg->mapped_bytes == kPageSize + bytes + os::kOsPage);
+  // The header's page, the guard's OS page before the object (the two are one 8 KiB
+  // page with 4 KiB OS pages), the object, the guard after it.
+  const size_t page = os::page_size();
+  CHECK(seg->mapped_bytes == (2 * page > page_granule() ? 2 * page : page_granule()) + bytes + page);
   // In a child, without Catch's handler, which would report the expected fault.
   CHECK(in_child(fork, [&] {
           signal(SIGSEGV, SIG_DFL);
@@ -148,10 +151,10 @@ TEST_CASE("a huge object grows and shrinks with its pages, its entry and the map
   const size_t small = 2 * kSegmentSize, big = 9 * kSegmentSize;
   Segment* seg = segment_create_huge(small, 0, &g_span);
   REQUIRE(seg != nullptr);
-  for (size_t i = 0; i < small; i += os::kOsPage) g_span.start[i] = static_cast<char>(i >> 12);
+  for (size_t i = 0; i < small; i += os::page_size()) g_span.start[i] = static_cast<char>(i >> 12);
   // Something mapped right after it: the object cannot grow in place.
   char* after = seg->base() + seg->mapped_bytes;
-  void* blocker = mmap(after, os::kOsPage, PROT_READ,
+  void* blocker = mmap(after, os::kernel_page_size(), PROT_READ,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   // Something may be mapped there already (the kernel packs mappings; under TSan it
   // was): a neighbour all the same, left as it is.
@@ -167,7 +170,7 @@ TEST_CASE("a huge object grows and shrinks with its pages, its entry and the map
   CHECK(g_span.start == old_start);
   CHECK(g_span.bytes() == small);
   CHECK(PageMap::get(old_start) == &g_span);
-  CHECK(segment_mapped_bytes() == before + kPageSize + small);
+  CHECK(segment_mapped_bytes() == before + page_granule() + small);
   // Allowed: the pages move (no copy) to a fresh segment-aligned range.
   seg = segment_resize_huge(seg, big, true);
   REQUIRE(seg != nullptr);
@@ -175,18 +178,18 @@ TEST_CASE("a huge object grows and shrinks with its pages, its entry and the map
   CHECK(aligned(seg, kSegmentSize));
   CHECK(seg->huge_span == &g_span);
   CHECK(g_span.segment == seg);
-  CHECK(g_span.start == seg->base() + kPageSize);
+  CHECK(g_span.start == seg->base() + page_granule());
   CHECK(g_span.bytes() == big);
   CHECK(PageMap::get(g_span.start) == &g_span);
   CHECK(PageMap::entry(old_start) == 0);
   CHECK_FALSE(mapped(old_start));
   CHECK(mapped(blocker));  // the neighbour is untouched
   bool same = true;
-  for (size_t i = 0; i < small; i += os::kOsPage)
+  for (size_t i = 0; i < small; i += os::page_size())
     same &= g_span.start[i] == static_cast<char>(i >> 12);
   CHECK(same);
   g_span.start[big - 1] = 1;
-  CHECK(segment_mapped_bytes() == before + kPageSize + big);
+  CHECK(segment_mapped_bytes() == before + page_granule() + big);
   // Shrinking stays in place and unmaps the tail.
   char* start = g_span.start;
   Segment* shrunk = segment_resize_huge(seg, small, false);
@@ -194,12 +197,12 @@ TEST_CASE("a huge object grows and shrinks with its pages, its entry and the map
   CHECK(g_span.start == start);
   CHECK(g_span.bytes() == small);
   CHECK_FALSE(mapped(start + big - 1));
-  CHECK(segment_mapped_bytes() == before + kPageSize + small);
+  CHECK(segment_mapped_bytes() == before + page_granule() + small);
   same = true;
-  for (size_t i = 0; i < small; i += os::kOsPage)
+  for (size_t i = 0; i < small; i += os::page_size())
     same &= g_span.start[i] == static_cast<char>(i >> 12);
   CHECK(same);
   segment_destroy(seg);
-  if (ours) munmap(blocker, os::kOsPage);
+  if (ours) munmap(blocker, os::kernel_page_size());
   CHECK(segment_mapped_bytes() == before);
 }

@@ -1,6 +1,7 @@
 #!/bin/bash
-# test/vm/arm64.sh BUILD [CPUS] — the arm64 guest: Debian's arm64 kernel (bookworm's
-# linux-image-arm64, 4 KiB pages) booted by qemu-system-aarch64 -M virt under TCG,
+# test/vm/arm64.sh BUILD [CPUS] [PAGE] — the arm64 guest: Debian's arm64 kernel
+# (PAGE 4k: bookworm's linux-image-arm64, 6.1; 16k: trixie's linux-image-arm64-16k,
+# 6.12, 16 KiB pages) booted by qemu-system-aarch64 -M virt under TCG,
 # from an initramfs that holds the cross build's unit tests, libuslab.so and the
 # churn stress program with the cross toolchain's libraries. Its /init
 # (arm64_init.c) runs the unit suite in the three fast-path modes and churn under a
@@ -11,6 +12,8 @@
 set -euo pipefail
 build=$(cd "$1" && pwd)
 cpus=${2:-4}
+page=${3:-4k}
+case $page in 4k|16k) ;; *) echo "test/vm/arm64.sh: PAGE is 4k or 16k" >&2; exit 2 ;; esac
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 
@@ -23,10 +26,31 @@ sysroot=/usr/aarch64-linux-gnu/lib
 [ -f "$sysroot/ld-linux-aarch64.so.1" ] || skip "no arm64 C library at $sysroot (g++-aarch64-linux-gnu)"
 
 # The kernel: bookworm's arm64 image, downloaded once (needs the arm64 architecture
-# in dpkg, which tools/uslab build --arch arm64 adds).
+# in dpkg, which tools/uslab build --arch arm64 adds); for 16k, trixie's, found in
+# trixie's package index (this machine's apt knows bookworm only).
 cache=${USLAB_VM_CACHE:-/var/cache/uslab/vm}/arm64
-mkdir -p "$cache"
-kernel=$(ls "$cache"/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
+mkdir -p "$cache" "$cache/16k"
+kdir=$cache
+[ "$page" = 16k ] && kdir=$cache/16k
+kernel=$(ls "$kdir"/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
+if [ -z "$kernel" ] && [ "$page" = 16k ]; then
+  command -v curl >/dev/null || skip "no curl to download trixie's 16k kernel"
+  mirror=${USLAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+  tmp=$(mktemp -d)
+  curl -fsS -o "$tmp/Packages.xz" "$mirror/dists/trixie/main/binary-arm64/Packages.xz" ||
+    { rm -rf "$tmp"; skip "could not download trixie's package index"; }
+  # The metapackage names the image; the image's stanza its file.
+  index() { xz -dc "$tmp/Packages.xz" | awk -v p="$1" -v f="$2" '
+    $0 == "Package: " p {s = 1} s && index($0, f ": ") == 1 {sub(f ": ", ""); print; exit} s && $0 == "" {s = 0}'; }
+  pkg=$(index linux-image-arm64-16k Depends | sed 's/ .*//')
+  file=$([ -n "$pkg" ] && index "$pkg" Filename)
+  [ -n "$file" ] || { rm -rf "$tmp"; skip "trixie's index names no linux-image-arm64-16k"; }
+  curl -fsS -o "$tmp/k.deb" "$mirror/$file" || { rm -rf "$tmp"; skip "could not download $file"; }
+  dpkg-deb -x "$tmp/k.deb" "$tmp/x"
+  cp "$tmp"/x/boot/vmlinuz-* "$kdir/"
+  rm -rf "$tmp"
+  kernel=$(ls "$kdir"/vmlinuz-* | sort -V | tail -1)
+fi
 if [ -z "$kernel" ]; then
   pkg=$(apt-cache depends linux-image-arm64:arm64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
   [ -n "$pkg" ] || skip "apt knows no linux-image-arm64:arm64 (dpkg --add-architecture arm64; apt-get update)"
@@ -67,7 +91,7 @@ for c in sh rm mkdir rmdir cat ls cp mv true false echo sleep grep; do ln -s bus
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
 rm -rf "$root"
 
-echo "arm64 guest: $cpus CPUs, $(basename "$kernel"), tcg"
+echo "arm64 guest: $cpus CPUs, $(basename "$kernel") ($page pages), tcg"
 start=$(date +%s)
 timeout "${USLAB_VM_TIMEOUT:-1500}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 2048 \
   -accel tcg,thread=multi -nic none -nographic -no-reboot -monitor none -serial "file:$work/console.log" \
