@@ -98,7 +98,7 @@ void stats_print(void (*write)(void*, const char*), void* opaque, bool smaps) {
       "(smaps_rollup)\n",
       !g_config.thp                             ? "off: thp=false"
       : os::thp_mode() == os::ThpMode::kNever   ? "off: the system's setting is never"
-      : !PageHeap::thp_fits()                   ? "off: a huge page is larger than a segment"
+      : !huge_page_fits_segment()               ? "off: a huge page is larger than a segment"
       : os::thp_mode() == os::ThpMode::kMadvise ? "on, system setting madvise"
                                                 : "on, system setting always",
       st.huge_segments, st.thp_collapses, st.thp_splits, st.thp_kept_bytes, thp_bytes);

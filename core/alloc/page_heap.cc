@@ -121,7 +121,7 @@ Span* PageHeap::grow_heap(size_t want, ObjectSize objects) {
   // MiB, which neighbouring segments merged into one mapping could make resident).
   const bool always = os::thp_mode() == os::ThpMode::kAlways;
   Segment* seg = segment_create_normal(
-      (thp_enabled() && (huge || always)) || (always && !thp_fits()), huge && thp_enabled());
+      (thp_enabled() && (huge || always)) || (always && !huge_page_fits_segment()), huge && thp_enabled());
   if (!seg) {
     descs_.free(s);
     return nullptr;
@@ -630,10 +630,8 @@ bool PageHeap::keeps_huge(const Segment* seg) const {
   return seg->huge && kMaxPages - seg->used_pages <= kMaxPages / kThpKeepFreeShare;
 }
 
-bool PageHeap::thp_fits() { return os::huge_page_bytes() <= kSegmentSize; }
-
 bool PageHeap::thp_enabled() {
-  return g_config.thp && os::thp_mode() != os::ThpMode::kNever && thp_fits();
+  return g_config.thp && os::thp_mode() != os::ThpMode::kNever && huge_page_fits_segment();
 }
 
 void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages, ObjectSize objects) {

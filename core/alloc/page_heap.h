@@ -88,7 +88,7 @@
 // them; they go when that span is freed, merged with them. The pages after a
 // segment's header share its OS page: a request for a whole segment's pages takes
 // such a run as one dirty span (merge_mixed), and a wholly free segment is unmapped
-// whatever its spans' states. Huge pages are not used there (thp_fits: 32 or 512
+// whatever its spans' states. Huge pages are not used there (huge_page_fits_segment: 32 or 512
 // MiB, larger than a segment), and under "always" every segment is advised off them.
 //
 // Invariants: a free span's page-map entries are set at its first and last page and
@@ -146,7 +146,6 @@ class alignas(64) PageHeap {
   // system's setting, and a huge page no larger than a segment: not with 16 or
   // 64 KiB OS pages, whose huge pages are 32 or 512 MiB).
   static bool thp_enabled();
-  static bool thp_fits();
   static constexpr size_t kMaxPages = kPagesPerSegment - 1;  // usable pages per segment
   static constexpr size_t kStealReserve = 64;                // 512 KiB
   // A segment counts as full with fewer free pages than this: slabs of 2-7 pages

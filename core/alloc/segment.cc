@@ -87,7 +87,7 @@ Segment* segment_create_huge(size_t bytes, size_t align, Span* span, bool guard)
   if (!mem) return nullptr;
   // Under THP "always" with 16 or 64 KiB OS pages, a huge page is 32 or 512 MiB: a
   // first touch would make that much resident (the normal segments' rule, page_heap.h).
-  if (os::huge_page_bytes() > kSegmentSize && os::thp_mode() == os::ThpMode::kAlways)
+  if (!huge_page_fits_segment() && os::thp_mode() == os::ThpMode::kAlways)
     os::advise_huge(mem, total, false);
   char* obj = static_cast<char*>(mem) + offset;
   if (!PageMap::reserve(obj, kPageSize)) {

@@ -217,6 +217,10 @@ class PageMap {
 // guarded slot's parts).
 inline size_t page_granule() { return os::page_size() > kPageSize ? os::page_size() : kPageSize; }
 
+// Whether a transparent huge page fits in a segment: with 4 KiB OS pages (2 MiB), not
+// with 16 or 64 KiB ones (32 or 512 MiB), where none is used (page_heap.h).
+inline bool huge_page_fits_segment() { return os::huge_page_bytes() <= kSegmentSize; }
+
 // With `advise`, the mapping is advised MADV_HUGEPAGE (`huge`) or MADV_NOHUGEPAGE
 // before its header is written: the header's write would otherwise fault a 4 KiB
 // page into the first 2 MiB and keep that half off huge pages. Segment::huge tells
