@@ -169,6 +169,10 @@ static void test_realloc(void) {
 static void test_huge_realloc(void) {
   const char *conf = getenv("USLAB_CONF");
   int guard = conf && strstr(conf, "guard=true");
+  /* QEMU's user mode emulates a page larger than the host's (the arm64 tier): its
+   * resident set there is not the kernel's account of an mremap. */
+  const char *qemu_page = getenv("QEMU_PAGESIZE");
+  int emulated_page = qemu_page && strcmp(qemu_page, "4096") != 0;
   long before = rss_kib();
   size_t n = (size_t)8 << 20;
   unsigned char *p = malloc(n);
@@ -192,7 +196,7 @@ static void test_huge_realloc(void) {
     if (now > peak) peak = now;
   }
   /* 128 MiB written: resident once, plus slack (not old + new: 192 MiB). */
-  if (!guard) CHECK(peak - before < 150 * 1024);
+  if (!guard && !emulated_page) CHECK(peak - before < 150 * 1024);
   unsigned char *s = realloc(p, (size_t)20 << 20);
   CHECK(s != NULL);
   if (s) {

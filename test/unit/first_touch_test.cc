@@ -64,7 +64,8 @@ void read_pages(const void* p, size_t bytes) {
 
 }  // namespace
 
-TEST_CASE("os::populate gives pages read as the zero page their own memory, contents kept") {
+TEST_CASE("os::populate gives pages read as the zero page their own memory, contents kept",
+          "[kernel]") {
   const size_t bytes = 3 * os::kernel_page_size();
   char* p = static_cast<char*>(os::map(bytes));
   REQUIRE(p);

@@ -206,7 +206,7 @@ TEST_CASE("objects freed by other threads stay intact and are reused") {
   heap::trim();
 }
 
-TEST_CASE("uslab's own arrays and metadata are advised off transparent huge pages") {
+TEST_CASE("uslab's own arrays and metadata are advised off transparent huge pages", "[kernel]") {
   // Under the system setting "always", the first touch of .lbss (3.7 MiB of arrays)
   // gave every process a 2 MiB huge page: idle_return in a Debian guest stayed 2-3
   // MiB above its start for good. VmFlags "nh" is MADV_NOHUGEPAGE.

@@ -316,7 +316,7 @@ TEST_CASE("a wholly free segment goes with its page-map entries") {
   REQUIRE(PageMap::entry(first + (PageHeap::kMaxPages - 1) * kPageSize) == 0);
 }
 
-TEST_CASE("dense segments are advised huge pages; a purge takes the advice back") {
+TEST_CASE("dense segments are advised huge pages; a purge takes the advice back", "[kernel]") {
   config_init();
   PageHeap ph{Mutex::kUnranked};
   bool z;
@@ -435,7 +435,7 @@ TEST_CASE("dense segments are advised huge pages; a purge takes the advice back"
   CHECK_FALSE(ph.collapse_one());
 }
 
-TEST_CASE("the eagerness is kept apart for objects under a page and the rest") {
+TEST_CASE("the eagerness is kept apart for objects under a page and the rest", "[kernel]") {
   config_init();
   if (!PageHeap::thp_enabled()) return;  // nothing measured
   PageHeap ph{Mutex::kUnranked};
@@ -654,7 +654,7 @@ TEST_CASE("a page heap's backlog holds its dirty pages until they are purged") {
   REQUIRE_FALSE(ph.backlog(&dirty));  // the segment unmapped, its descriptors purged
 }
 
-TEST_CASE("a huge segment mostly in use keeps its free pages until memory is short") {
+TEST_CASE("a huge segment mostly in use keeps its free pages until memory is short", "[kernel]") {
   config_init();
   if (!PageHeap::thp_enabled()) {
     WARN("transparent huge pages off here: no segment is advised");
@@ -761,8 +761,8 @@ TEST_CASE("a huge segment mostly in use keeps its free pages until memory is sho
   CHECK(ph.stats().segments == 0);
 }
 
-// --- OS pages larger than uslab's (16 and 64 KiB kernels; the unit suite's
-// [os_page] tests run again with os_page=16k and 64k) ---
+// --- OS pages larger than uslab's (16 and 64 KiB kernels; the unit suite runs again
+// with os_page=16k and 64k, and under QEMU at those pages) ---
 
 namespace {
 // Whether page i of seg lies on an OS page all of whose uslab pages are in [lo, hi).
@@ -777,8 +777,7 @@ bool all_bytes(const char* p, size_t n, char v) {
 }
 }  // namespace
 
-TEST_CASE("a purge returns whole OS pages only: pages on one a span in use shares stay",
-          "[os_page]") {
+TEST_CASE("a purge returns whole OS pages only: pages on one a span in use shares stay") {
   PageHeap ph{Mutex::kUnranked};
   bool z;
   const size_t r = pages_per_os_page();
@@ -829,8 +828,7 @@ TEST_CASE("a purge returns whole OS pages only: pages on one a span in use share
   CHECK(ph.stats().segments == 0);
 }
 
-TEST_CASE("a dirty span purges the OS page it shares with a clean free neighbour",
-          "[os_page]") {
+TEST_CASE("a dirty span purges the OS page it shares with a clean free neighbour") {
   PageHeap ph{Mutex::kUnranked};
   bool z;
   const size_t r = pages_per_os_page();

@@ -95,7 +95,7 @@ struct TestSheaf {
 
 }  // namespace
 
-TEST_CASE("the batch sections push, pop, peek, drain and resize one CPU's sheaf") {
+TEST_CASE("the batch sections push, pop, peek, drain and resize one CPU's sheaf", "[kernel]") {
   if (!per_cpu_mode()) return;
   TestSheaf t;
   const unsigned cls = t.cls;
@@ -193,7 +193,7 @@ void pop_and_push(uint32_t c, unsigned cls, const std::vector<void*>& objs) {
 
 }  // namespace
 
-TEST_CASE("the fast paths' pop and push, in both addressing forms") {
+TEST_CASE("the fast paths' pop and push, in both addressing forms", "[kernel]") {
   if (!per_cpu_mode()) return;
   TestSheaf t;
   {

@@ -47,8 +47,19 @@ TEST_CASE("a profile dump names the allocating function with its bytes") {
   // The profiler's own mean, from which sampling sets the schedule's (sampler.h).
   const uint64_t saved_mean = prof::sample_bytes();
   prof::reset(16 << 10);
-  REQUIRE(prof::set_active(true));
   std::vector<void*> keep;
+  // Put back however the test ends: a sampled object is a span of its own, which the
+  // later tests' direct thread-cache calls would take for a small one.
+  struct Restore {
+    std::vector<void*>& keep;
+    uint64_t mean;
+    ~Restore() {
+      for (void* p : keep) heap::free(p);
+      prof::set_active(false);
+      prof::reset(mean);
+    }
+  } restore{keep, saved_mean};
+  REQUIRE(prof::set_active(true));
   size_t truth = 0;
   for (int i = 0; i < 40000; i++) {
     void* p = prof_test_site(i % 2 ? 1000 : 40000);  // a small class and large spans
@@ -64,10 +75,9 @@ TEST_CASE("a profile dump names the allocating function with its bytes") {
   INFO("estimate " << live << " truth " << truth);
   CHECK(live == Approx(double(truth)).epsilon(0.05));
   for (void* p : keep) heap::free(p);
+  keep.clear();
   REQUIRE(prof::dump(path) == 0);
   CHECK(folded_sum(inuse, "prof_test_site") == 0);  // freed: nothing live
   CHECK(folded_sum(std::string(path) + ".alloc.folded", "prof_test_site") == Approx(live).epsilon(1e-9));
-  prof::set_active(false);
-  prof::reset(saved_mean);
   for (const char* suffix : {"", ".inuse.folded", ".alloc.folded"}) unlink((std::string(path) + suffix).c_str());
 }

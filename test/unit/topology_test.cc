@@ -150,14 +150,14 @@ TEST_CASE("with more CPUs than shards, a shard takes several CPUs of one node") 
   for (unsigned sh = 0; sh < kMaxShards; sh++) REQUIRE(cpus_in[sh] <= 4);
 }
 
-TEST_CASE("the nodes a process may use, from one system call") {
+TEST_CASE("the nodes a process may use, from one system call", "[kernel]") {
   topology_probe(&g_a, false);
   unsigned n = os::allowed_nodes();
   REQUIRE(n >= 1);
   REQUIRE(n <= g_a.nodes);  // a cpuset may allow fewer nodes than the machine has
 }
 
-TEST_CASE("memory is bound to a node through mbind") {
+TEST_CASE("memory is bound to a node through mbind", "[kernel]") {
   size_t len = 1 << 20;
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(p != MAP_FAILED);
@@ -172,7 +172,8 @@ TEST_CASE("memory is bound to a node through mbind") {
   munmap(p, len);
 }
 
-TEST_CASE("a memory policy of the process's own (numactl) is seen, so uslab binds nothing") {
+TEST_CASE("a memory policy of the process's own (numactl) is seen, so uslab binds nothing",
+          "[kernel]") {
   // Under numactl --membind=1, uslab's preferred-node ranges overrode the process's
   // policy: 1797 of the pages it handed out in a 2-node guest were on node 0.
   REQUIRE_FALSE(os::task_memory_policy());  // the test runs with no policy
