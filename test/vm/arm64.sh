@@ -39,9 +39,12 @@ if [ -z "$kernel" ] && [ "$page" = 16k ]; then
   tmp=$(mktemp -d)
   curl -fsS -o "$tmp/Packages.xz" "$mirror/dists/trixie/main/binary-arm64/Packages.xz" ||
     { rm -rf "$tmp"; skip "could not download trixie's package index"; }
-  # The metapackage names the image; the image's stanza its file.
+  # The metapackage names the image; the image's stanza its file. (awk reads to the
+  # end: an early exit would stop xz with SIGPIPE, a failure under pipefail.)
   index() { xz -dc "$tmp/Packages.xz" | awk -v p="$1" -v f="$2" '
-    $0 == "Package: " p {s = 1} s && index($0, f ": ") == 1 {sub(f ": ", ""); print; exit} s && $0 == "" {s = 0}'; }
+    $0 == "Package: " p {s = 1}
+    s && !done && index($0, f ": ") == 1 {sub(f ": ", ""); print; done = 1}
+    s && $0 == "" {s = 0}'; }
   pkg=$(index linux-image-arm64-16k Depends | sed 's/ .*//')
   file=$([ -n "$pkg" ] && index "$pkg" Filename)
   [ -n "$file" ] || { rm -rf "$tmp"; skip "trixie's index names no linux-image-arm64-16k"; }
