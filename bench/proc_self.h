@@ -124,6 +124,12 @@ static inline long thread_switches(long tid) {
   return v < 0 || n < 0 ? -1 : v + n;
 }
 
+/* Times thread tid gave up its CPU itself (a sleep, a wait) so far, or -1; unlike
+ * thread_switches, no preemption by other work on the machine counts. */
+static inline long thread_sleeps(long tid) {
+  return thread_status_field(tid, "voluntary_ctxt_switches");
+}
+
 /* CPU time of thread tid (user + system) in clock ticks, or -1. */
 static inline long thread_cpu_ticks(long tid) {
   char path[64], buf[1024];

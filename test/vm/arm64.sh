@@ -2,11 +2,13 @@
 # test/vm/arm64.sh BUILD [CPUS] [PAGE] — the arm64 guest: Debian's arm64 kernel
 # (PAGE 4k: bookworm's linux-image-arm64, 6.1; 16k: trixie's linux-image-arm64-16k,
 # 6.12, 16 KiB pages) booted by qemu-system-aarch64 -M virt under TCG,
-# from an initramfs that holds the cross build's unit tests, libuslab.so and the
-# churn stress program with the cross toolchain's libraries. Its /init
-# (arm64_init.c) runs the unit suite in the three fast-path modes and churn under a
-# signal storm preloaded in per-CPU mode (glibc's rseq registration and uslab's):
-# the restartable sections of percpu_rseq_aarch64.h on a real arm64 kernel.
+# from an initramfs that holds the cross build's unit tests, libuslab.so and test
+# programs with the cross toolchain's libraries. Its /init (arm64_init.c) runs the
+# unit suite in the three fast-path modes; preloaded in per-CPU mode, the conformance
+# and stress programs that run alone, memory's return after a 1 GB peak with no call,
+# a CPU going offline and back, and churn under a signal storm (glibc's rseq
+# registration and uslab's): the restartable sections of percpu_rseq_aarch64.h and
+# the page-granular calls on a real arm64 kernel.
 # BUILD is a cross build (tools/uslab build --arch arm64). Exit status 0 when every
 # check passed, 77 when the guest cannot run here (printed), 1 otherwise.
 set -euo pipefail
@@ -19,8 +21,12 @@ skip() { echo "SKIP: $*"; exit 77; }
 
 command -v qemu-system-aarch64 >/dev/null || skip "no qemu-system-aarch64 (Debian: qemu-system-arm)"
 command -v cpio >/dev/null || skip "no cpio"
-[ -x "$build/test/unit_tests" ] && [ -f "$build/libuslab.so" ] && [ -x "$build/test/churn" ] ||
-  skip "$build holds no arm64 build of the unit tests, libuslab.so and churn"
+progs="unit_tests churn api new_delete stats bulk_cache jemalloc_api stress_threads idle_return
+  vm_hotplug"
+for p in $progs; do
+  [ -x "$build/test/$p" ] || skip "$build holds no arm64 build of test/$p"
+done
+[ -f "$build/libuslab.so" ] || skip "$build holds no libuslab.so"
 file -L "$build/libuslab.so" | grep -q aarch64 || skip "$build is not an arm64 build"
 sysroot=/usr/aarch64-linux-gnu/lib
 [ -f "$sysroot/ld-linux-aarch64.so.1" ] || skip "no arm64 C library at $sysroot (g++-aarch64-linux-gnu)"
@@ -79,8 +85,9 @@ work=$(mktemp -d /tmp/uslab-vm-arm64.XXXXXX)  # kept: console.log is the guest's
 root=$work/root
 mkdir -p "$root"/{proc,sys,dev,tmp,lib}
 aarch64-linux-gnu-gcc -O2 -static -o "$root/init" "$src/test/vm/arm64_init.c"
-cp "$build/test/unit_tests" "$build/test/churn" "$root/"
+for p in $progs; do cp "$build/test/$p" "$root/"; done
 cp -L "$build/libuslab.so" "$root/libuslab.so"
+cp -L "$build/libuslab.so" "$root/lib/libuslab.so.0"  # the programs linked with it
 for l in ld-linux-aarch64.so.1 libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
   cp -L "$sysroot/$l" "$root/lib/"
 done
@@ -96,7 +103,7 @@ rm -rf "$root"
 
 echo "arm64 guest: $cpus CPUs, $(basename "$kernel") ($page pages), tcg"
 start=$(date +%s)
-timeout "${USLAB_VM_TIMEOUT:-1500}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 2048 \
+timeout "${USLAB_VM_TIMEOUT:-1500}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 3072 \
   -accel tcg,thread=multi -nic none -nographic -no-reboot -monitor none -serial "file:$work/console.log" \
   -kernel "$kernel" -initrd "$work/initrd.gz" -append "console=ttyAMA0 rdinit=/init quiet panic=-1" \
   </dev/null >/dev/null 2>&1 || true

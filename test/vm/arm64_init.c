@@ -76,6 +76,39 @@ int main(void) {
   check("unit tests, per-CPU through uslab's own rseq", unit, env_own, NULL);
   check("unit tests, per-thread caches", unit, env_thread, NULL);
 
+  /* The conformance and stress programs that run alone, preloaded: their statistics
+   * at exit must name the per-CPU mode. */
+  char *env_pre[] = {"PATH=/bin:/", "TMPDIR=/tmp", "LD_PRELOAD=/libuslab.so", "USLAB_STATS=1",
+                     NULL};
+  const char *percpu = "mode: percpu (rseq, glibc's registration)";
+  struct {
+    const char *name;
+    char *argv[8];
+  } progs[] = {
+      {"C API conformance", {"/api", NULL}},
+      {"C++ operator new/delete conformance", {"/new_delete", NULL}},
+      {"statistics match known allocations", {"/stats", NULL}},
+      {"object caches and bulk API", {"/bulk_cache", NULL}},
+      {"jemalloc API (mallocx family, mallctl)", {"/jemalloc_api", NULL}},
+      {"stress: threads migrating between CPUs, with a signal storm",
+       {"/stress_threads", "8", "4", "30", "migrate", "signals", NULL}},
+  };
+  for (size_t i = 0; i < sizeof progs / sizeof *progs; i++)
+    check(progs[i].name, progs[i].argv, env_pre, percpu);
+
+  /* Memory back with no allocator call after a peak of about 1 GB (the background
+   * thread's work), in the guest's time (USLAB_TEST_SLOWDOWN); and a CPU's sheaves
+   * given back while the CPU is offline, used again when it is back. */
+  char *idle[] = {"/idle_return", "400", "none", "objects=4000000", NULL};
+  char *env_idle[] = {"PATH=/bin:/", "TMPDIR=/tmp", "LD_PRELOAD=/libuslab.so", "USLAB_STATS=1",
+                      "USLAB_CONF=decay_ms=400", "USLAB_TEST_SLOWDOWN=10", NULL};
+  check("memory freed after a 1 GB peak returns, no allocator call", idle, env_idle, percpu);
+  char *hotplug[] = {"/vm_hotplug", NULL};
+  char *env_hotplug[] = {"PATH=/bin:/", "TMPDIR=/tmp", "LD_PRELOAD=/libuslab.so", "USLAB_STATS=1",
+                         "USLAB_CONF=decay_ms=400,background_thread=true", NULL};
+  check("a CPU's sheaves go back while it is offline, and work when it is back", hotplug,
+        env_hotplug, percpu);
+
   /* More threads than CPUs, a SIGALRM every 50 us (each restarts the section it
    * lands in), decay ticks every 25 ms draining and trimming the sheaves. */
   char *churn[] = {"/churn", "8", "20", "signals", NULL};
