@@ -1,5 +1,5 @@
 #!/bin/bash
-# test/vm/arm64.sh BUILD [CPUS] [PAGE] — the arm64 guest: Debian's arm64 kernel
+# test/vm/arm64.sh BUILD [CPUS] [PAGE] [rss] — the arm64 guest: Debian's arm64 kernel
 # (PAGE 4k: bookworm's linux-image-arm64, 6.1; 16k: trixie's linux-image-arm64-16k,
 # 6.12, 16 KiB pages) booted by qemu-system-aarch64 -M virt under TCG,
 # from an initramfs that holds the cross build's unit tests, libuslab.so and test
@@ -9,6 +9,9 @@
 # a CPU going offline and back, and churn under a signal storm (glibc's rseq
 # registration and uslab's): the restartable sections of percpu_rseq_aarch64.h and
 # the page-granular calls on a real arm64 kernel.
+# With `rss`, the guest runs bench/rss frag under uslab, glibc and Debian's arm64
+# jemalloc and mimalloc instead, three alternated rounds (memory is real in a guest;
+# its timings are not).
 # BUILD is a cross build (tools/uslab build --arch arm64). Exit status 0 when every
 # check passed, 77 when the guest cannot run here (printed), 1 otherwise.
 set -euo pipefail
@@ -16,6 +19,8 @@ build=$(cd "$1" && pwd)
 cpus=${2:-4}
 page=${3:-4k}
 case $page in 4k|16k) ;; *) echo "test/vm/arm64.sh: PAGE is 4k or 16k" >&2; exit 2 ;; esac
+mode=${4:-checks}
+case $mode in checks|rss) ;; *) echo "test/vm/arm64.sh: the 4th argument is rss or none" >&2; exit 2 ;; esac
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 
@@ -23,6 +28,7 @@ command -v qemu-system-aarch64 >/dev/null || skip "no qemu-system-aarch64 (Debia
 command -v cpio >/dev/null || skip "no cpio"
 progs="unit_tests churn api new_delete stats bulk_cache jemalloc_api stress_threads idle_return
   vm_hotplug"
+[ -x "$build/bench/rss" ] || skip "$build holds no arm64 build of bench/rss"
 for p in $progs; do
   [ -x "$build/test/$p" ] || skip "$build holds no arm64 build of test/$p"
 done
@@ -81,6 +87,18 @@ if [ ! -x "$busybox" ]; then
   rm -rf "$tmp"
 fi
 
+# The peers of the memory benchmark: Debian's arm64 packages, downloaded once.
+if [ "$mode" = rss ]; then
+  for p in libjemalloc2:libjemalloc.so.2 libmimalloc2.0:libmimalloc.so.2; do
+    [ -f "$cache/${p#*:}" ] && continue
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download "${p%%:*}:arm64" >/dev/null 2>&1) || { rm -rf "$tmp"; skip "could not download ${p%%:*}:arm64"; }
+    dpkg-deb -x "$tmp"/*.deb "$tmp/x"
+    cp -L "$tmp"/x/usr/lib/aarch64-linux-gnu/"${p#*:}" "$cache/"
+    rm -rf "$tmp"
+  done
+fi
+
 work=$(mktemp -d /tmp/uslab-vm-arm64.XXXXXX)  # kept: console.log is the guest's output
 root=$work/root
 mkdir -p "$root"/{proc,sys,dev,tmp,lib}
@@ -88,6 +106,8 @@ aarch64-linux-gnu-gcc -O2 -static -o "$root/init" "$src/test/vm/arm64_init.c"
 for p in $progs; do cp "$build/test/$p" "$root/"; done
 cp -L "$build/libuslab.so" "$root/libuslab.so"
 cp -L "$build/libuslab.so" "$root/lib/libuslab.so.0"  # the programs linked with it
+cp "$build/bench/rss" "$root/"
+[ "$mode" = rss ] && cp "$cache/libjemalloc.so.2" "$cache/libmimalloc.so.2" "$root/lib/"
 for l in ld-linux-aarch64.so.1 libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
   cp -L "$sysroot/$l" "$root/lib/"
 done
@@ -105,7 +125,7 @@ echo "arm64 guest: $cpus CPUs, $(basename "$kernel") ($page pages), tcg"
 start=$(date +%s)
 timeout "${USLAB_VM_TIMEOUT:-1500}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 3072 \
   -accel tcg,thread=multi -nic none -nographic -no-reboot -monitor none -serial "file:$work/console.log" \
-  -kernel "$kernel" -initrd "$work/initrd.gz" -append "console=ttyAMA0 rdinit=/init quiet panic=-1" \
+  -kernel "$kernel" -initrd "$work/initrd.gz" -append "console=ttyAMA0 rdinit=/init quiet panic=-1$([ "$mode" = rss ] && echo ' uslab.rss')" \
   </dev/null >/dev/null 2>&1 || true
 grep -a '^uslab-guest:' "$work/console.log" || true
 echo "arm64 guest: $(( $(date +%s) - start )) s (console: $work/console.log)"

@@ -4,12 +4,14 @@
  * failures, then powers the guest off. Linked statically: the initramfs holds no
  * shell. A check that names a pattern passes only when its output (stdout and
  * stderr together) also holds it: the preloaded programs' USLAB_STATS report
- * names the fast-path mode, which must be per-CPU.
+ * names the fast-path mode, which must be per-CPU. With the kernel argument
+ * uslab.rss it runs the memory benchmark instead (rss_compare).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/wait.h>
@@ -17,14 +19,10 @@
 
 static int failures;
 
-static void check(const char *name, char *const argv[], char *const envp[], const char *want) {
+/* Runs argv with envp; its stdout and stderr (up to cap bytes) in out; its status. */
+static int capture(char *const argv[], char *const envp[], char *out, size_t cap) {
   int fd[2];
-  if (pipe(fd) != 0) {
-    printf("uslab-guest: %s: FAIL (pipe)\n", name);
-    failures++;
-    return;
-  }
-  fflush(stdout);
+  if (pipe(fd) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
     dup2(fd[1], 1);
@@ -35,21 +33,37 @@ static void check(const char *name, char *const argv[], char *const envp[], cons
     _exit(127);
   }
   close(fd[1]);
-  static char out[1 << 20];
   size_t len = 0;
   ssize_t n;
-  char buf[4096];
-  while ((n = read(fd[0], buf, sizeof buf)) > 0) {
-    fwrite(buf, 1, (size_t)n, stdout);  /* the console log keeps it all */
-    size_t keep = (size_t)n < sizeof out - 1 - len ? (size_t)n : sizeof out - 1 - len;
-    memcpy(out + len, buf, keep);
-    len += keep;
-  }
+  while (len < cap - 1 && (n = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)n;
   out[len] = 0;
+  char sink[4096];
+  while (read(fd[0], sink, sizeof sink) > 0) {
+  }
   close(fd[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  return status;
+}
+
+/* A number after `"key": ` in a JSON line, or -1. */
+static long json_number(const char *json, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  const char *p = strstr(json, pat);
+  return p ? atol(p + strlen(pat)) : -1;
+}
+
+/* One check: its output to the console, then its line, ok or FAIL. */
+static void check(const char *name, char *const argv[], char *const envp[], const char *want) {
+  static char out[1 << 20];
+  fflush(stdout);
+  int status = capture(argv, envp, out, sizeof out);
+  fputs(out, stdout); /* the console log keeps it */
+  if (status < 0) {
+    printf("uslab-guest: %s: FAIL (pipe)\n", name);
+    failures++;
+  } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     printf("uslab-guest: %s: FAIL (status %d)\n", name, status);
     failures++;
   } else if (want && !strstr(out, want)) {
@@ -60,6 +74,38 @@ static void check(const char *name, char *const argv[], char *const envp[], cons
   }
 }
 
+/* The memory benchmark (kernel argument uslab.rss): bench/rss frag under uslab and
+ * each peer whose library the initramfs holds, three alternated rounds, one line
+ * each: RSS before, at the peak and after the idle time, in KiB, or why it failed
+ * (jemalloc built for 4 KiB pages refuses a 16 KiB kernel). */
+static void rss_compare(void) {
+  static const struct {
+    const char *name, *preload;
+  } allocs[] = {{"uslab", "LD_PRELOAD=/libuslab.so"},
+                {"glibc", NULL},
+                {"jemalloc", "LD_PRELOAD=/lib/libjemalloc.so.2"},
+                {"mimalloc", "LD_PRELOAD=/lib/libmimalloc.so.2"}};
+  char *argv[] = {"/rss", "frag", "12000", NULL};
+  static char out[1 << 20];
+  for (int round = 1; round <= 3; round++)
+    for (size_t i = 0; i < sizeof allocs / sizeof *allocs; i++) {
+      if (allocs[i].preload && access(strchr(allocs[i].preload, '=') + 1, R_OK) != 0) continue;
+      char *envp[] = {"PATH=/bin:/", (char *)allocs[i].preload, NULL};
+      int status = capture(argv, envp, out, sizeof out);
+      if (status != 0) {
+        char *nl = strchr(out, '\n');
+        if (nl) *nl = 0;
+        printf("uslab-guest: rss %d %s: failed (status %d): %.200s\n", round, allocs[i].name,
+               status, out);
+      } else {
+        printf("uslab-guest: rss %d %s: before %ld peak %ld end %ld KiB, back %ld ms\n", round,
+               allocs[i].name, json_number(out, "before_kib"), json_number(out, "peak_kib"),
+               json_number(out, "end_kib"), json_number(out, "back_ms"));
+      }
+      fflush(stdout);
+    }
+}
+
 int main(void) {
   mount("proc", "/proc", "proc", 0, NULL);
   mount("sysfs", "/sys", "sysfs", 0, NULL);
@@ -67,6 +113,17 @@ int main(void) {
   mount("tmpfs", "/tmp", "tmpfs", 0, NULL);
   printf("uslab-guest: %ld CPUs online, page size %ld\n", sysconf(_SC_NPROCESSORS_ONLN),
          sysconf(_SC_PAGESIZE));
+  char cmdline[4096];
+  int cfd = open("/proc/cmdline", O_RDONLY);
+  ssize_t clen = cfd >= 0 ? read(cfd, cmdline, sizeof cmdline - 1) : -1;
+  cmdline[clen > 0 ? clen : 0] = 0;
+  if (strstr(cmdline, "uslab.rss")) {
+    rss_compare();
+    printf("uslab-guest: done, 0 failed\n");
+    fflush(stdout);
+    sync();
+    reboot(RB_POWER_OFF);
+  }
 
   char *unit[] = {"/unit_tests", NULL};
   char *env_glibc[] = {"PATH=/bin:/", "TMPDIR=/tmp", NULL};
@@ -97,11 +154,12 @@ int main(void) {
     check(progs[i].name, progs[i].argv, env_pre, percpu);
 
   /* Memory back with no allocator call after a peak of about 1 GB (the background
-   * thread's work), in the guest's time (USLAB_TEST_SLOWDOWN); and a CPU's sheaves
+   * thread's work), in the guest's time (USLAB_TEST_SLOWDOWN: the emulated CPU returns
+   * 1 GB of 4 KiB pages in seconds, not milliseconds); and a CPU's sheaves
    * given back while the CPU is offline, used again when it is back. */
   char *idle[] = {"/idle_return", "400", "none", "objects=4000000", NULL};
   char *env_idle[] = {"PATH=/bin:/", "TMPDIR=/tmp", "LD_PRELOAD=/libuslab.so", "USLAB_STATS=1",
-                      "USLAB_CONF=decay_ms=400", "USLAB_TEST_SLOWDOWN=10", NULL};
+                      "USLAB_CONF=decay_ms=400", "USLAB_TEST_SLOWDOWN=100", NULL};
   check("memory freed after a 1 GB peak returns, no allocator call", idle, env_idle, percpu);
   char *hotplug[] = {"/vm_hotplug", NULL};
   char *env_hotplug[] = {"PATH=/bin:/", "TMPDIR=/tmp", "LD_PRELOAD=/libuslab.so", "USLAB_STATS=1",
