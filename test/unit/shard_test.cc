@@ -210,6 +210,20 @@ TEST_CASE("the walks over the shards leave the shards never used untouched") {
   (void)*static_cast<volatile const char*>(fresh);  // a read maps the zero page
   const uint64_t zero = frame(fresh);
   munmap(fresh, os::kernel_page_size());
+  // Whether frame f is part of a transparent huge page (/proc/kpageflags' KPF_THP, bit
+  // 22; root only, as the frames are). Under the system setting "always" the unit
+  // tests' own statics, written before uslab advises its arrays off huge pages, share
+  // a huge page with some of those arrays: such pages are resident with it, not
+  // written by a walk.
+  auto in_huge_page = [](uint64_t f) {
+    uint64_t flags = 0;
+    int fd = open("/proc/kpageflags", O_RDONLY);
+    if (fd < 0) return false;
+    if (pread(fd, &flags, sizeof flags, static_cast<off_t>(f * sizeof flags)) != sizeof flags)
+      flags = 0;
+    close(fd);
+    return (flags >> 22 & 1) != 0;
+  };
   auto written = [&](const void* p, size_t bytes) -> long {
     if (zero == 0) return -1;
     // uslab's OS pages (os_page) inside the array: one it shares with a shard in use
@@ -219,7 +233,7 @@ TEST_CASE("the walks over the shards leave the shards never used untouched") {
     long n = 0;
     for (uintptr_t a = lo; a < hi; a += os::kernel_page_size()) {
       uint64_t f = frame(reinterpret_cast<void*>(a));
-      n += f != 0 && f != zero;
+      n += f != 0 && f != zero && !in_huge_page(f);
     }
     return n;
   };
