@@ -59,18 +59,45 @@ void chain(int sig, siginfo_t* info, void* uctx) {
   if (info->si_code <= 0) raise(sig);
 }
 
+// Whether the access that faulted was a write. x86-64: the page fault's error code;
+// aarch64: the WnR bit (6) of a data abort's syndrome (EC 0x24 or 0x25), which the
+// kernel leaves among the records of the signal frame (esr_context, ESR_MAGIC).
+bool fault_was_write(const ucontext_t* uc) {
+#if defined(__x86_64__)
+  return uc->uc_mcontext.gregs[REG_ERR] & 2;
+#elif defined(__aarch64__)
+  constexpr uint32_t kEsrMagic = 0x45535201;
+  const unsigned char* p = uc->uc_mcontext.__reserved;
+  const unsigned char* const end = p + sizeof uc->uc_mcontext.__reserved;
+  while (p + 8 <= end) {
+    uint32_t magic, size;
+    __builtin_memcpy(&magic, p, 4);
+    __builtin_memcpy(&size, p + 4, 4);
+    if (magic == 0 || size < 8 || size > static_cast<size_t>(end - p)) return false;
+    if (magic == kEsrMagic && size >= 16) {
+      uint64_t esr;
+      __builtin_memcpy(&esr, p + 8, 8);
+      const uint64_t ec = esr >> 26 & 0x3f;
+      return (ec == 0x24 || ec == 0x25) && (esr >> 6 & 1);
+    }
+    p += size;
+  }
+  return false;
+#else
+  (void)uc;
+  return false;
+#endif
+}
+
 void on_fault(int sig, siginfo_t* info, void* uctx) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
   const uint32_t i = info->si_code > 0 ? slot_at(a) : kNone;
   if (i == kNone) return chain(sig, info, uctx);
   Slot& s = g_pool.slots[i];
   const SlotState state = s.state.load(std::memory_order_acquire);
+  const bool write = fault_was_write(static_cast<const ucontext_t*>(uctx));
   // A fault in a slot never used, or already reported and opened, is not ours to
   // explain (a wild pointer into the pool): reported as such.
-  bool write = false;
-#if defined(__x86_64__)
-  write = reinterpret_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2;
-#endif
   const char* what;
   const uintptr_t obj = reinterpret_cast<uintptr_t>(s.object);
   if (state == SlotState::kFreed || state == SlotState::kFreeing)
