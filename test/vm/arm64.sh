@@ -6,7 +6,8 @@
 # programs with the cross toolchain's libraries. Its /init (arm64_init.c) runs the
 # unit suite in the three fast-path modes; preloaded in per-CPU mode, the conformance
 # and stress programs that run alone, memory's return after a 1 GB peak with no call,
-# a CPU going offline and back, and churn under a signal storm (glibc's rseq
+# a CPU going offline and back, guarded sampling's read and write faults, and churn
+# under a signal storm (glibc's rseq
 # registration and uslab's): the restartable sections of percpu_rseq_aarch64.h and
 # the page-granular calls on a real arm64 kernel.
 # With `rss`, the guest runs bench/rss frag under uslab, glibc and Debian's arm64
@@ -27,7 +28,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 command -v qemu-system-aarch64 >/dev/null || skip "no qemu-system-aarch64 (Debian: qemu-system-arm)"
 command -v cpio >/dev/null || skip "no cpio"
 progs="unit_tests churn api new_delete stats bulk_cache jemalloc_api stress_threads idle_return
-  vm_hotplug"
+  vm_hotplug guarded"
 [ -x "$build/bench/rss" ] || skip "$build holds no arm64 build of bench/rss"
 for p in $progs; do
   [ -x "$build/test/$p" ] || skip "$build holds no arm64 build of test/$p"

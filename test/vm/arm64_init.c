@@ -153,6 +153,17 @@ int main(void) {
   for (size_t i = 0; i < sizeof progs / sizeof *progs; i++)
     check(progs[i].name, progs[i].argv, env_pre, percpu);
 
+  /* A guarded object's use after free, reported as a write or a read from the fault's
+   * syndrome (the signal frame's ESR record), and survived (guard_recover). */
+  char *env_guard[] = {"PATH=/bin:/", "LD_PRELOAD=/libuslab.so",
+                       "USLAB_CONF=guard_sample=1,guard_recover=true", NULL};
+  char *uaf_write[] = {"/guarded", "uaf-write", NULL};
+  char *uaf_read[] = {"/guarded", "uaf-read", NULL};
+  check("guarded sampling: a use after free, written", uaf_write, env_guard,
+        "use after free (write)");
+  check("guarded sampling: a use after free, read", uaf_read, env_guard,
+        "use after free (read)");
+
   /* Memory back with no allocator call after a peak of about 1 GB (the background
    * thread's work), in the guest's time (USLAB_TEST_SLOWDOWN: the emulated CPU returns
    * 1 GB of 4 KiB pages in seconds, not milliseconds); and a CPU's sheaves
