@@ -1,6 +1,6 @@
 #!/bin/sh
-# tools/split-debug.sh LIB [OBJCOPY] — meson install script: moves the DWARF of the installed
-# LIB (a path under the install prefix) into <prefix>/lib/debug/.build-id/xx/yyyy.debug
+# tools/split-debug.sh LIB [OBJCOPY] — meson install script: moves the DWARF of the
+# installed LIB (a path under the install prefix) into <prefix>/lib/debug/.build-id/xx/yyyy.debug
 # (Debian's layout, found by gdb and perf through the build id), leaving the symbol
 # table (perf report names functions without the debug file) and a .gnu_debuglink.
 # OBJCOPY: the binutils of LIB's architecture (a cross build's), objcopy by default.

@@ -220,9 +220,9 @@ int main(int argc, char **argv) {
    * statistics count them), which are not memory the program freed. */
   long allowed = before + (before / 10 > 2048 ? before / 10 : 2048) + (metadata_kib() - meta_before);
   if (!strcmp(mode, "huge")) allowed += 8 * 1024 + 64; /* the block the program reuses */
-  /* Within decay_ms of the frees (measured here: 0.75-0.85 of it), plus 100 ms for a
-   * slow machine: ticks and the calls that run them come late there, never early; more
-   * under emulation, whose runner says how much slower it is. */
+  /* Within decay_ms of the frees, plus 100 ms for a slow machine: ticks and the calls
+   * that run them come late there, never early; more under emulation, whose runner
+   * says how much slower it is. */
   const char *slowdown = getenv("USLAB_TEST_SLOWDOWN");
   const long slack_ms = 100 * (slowdown && atol(slowdown) > 1 ? atol(slowdown) : 1);
   long now = freed;

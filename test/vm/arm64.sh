@@ -1,5 +1,5 @@
 #!/bin/bash
-# test/vm/arm64.sh BUILD [CPUS] [PAGE] [rss] — the arm64 guest: Debian's arm64 kernel
+# test/vm/arm64.sh BUILD [CPUS] [PAGE] [checks|rss] — the arm64 guest: Debian's arm64 kernel
 # (PAGE 4k: bookworm's linux-image-arm64, 6.1; 16k: trixie's linux-image-arm64-16k,
 # 6.12, 16 KiB pages) booted by qemu-system-aarch64 -M virt under TCG,
 # from an initramfs that holds the cross build's unit tests, libuslab.so and test
@@ -7,10 +7,9 @@
 # unit suite in the three fast-path modes; preloaded in per-CPU mode, the conformance
 # and stress programs that run alone, memory's return after a 1 GB peak with no call,
 # a CPU going offline and back, guarded sampling's read and write faults, and churn
-# under a signal storm (glibc's rseq
-# registration and uslab's): the restartable sections of percpu_rseq_aarch64.h and
-# the page-granular calls on a real arm64 kernel.
-# With `rss`, the guest runs bench/rss frag under uslab, glibc and Debian's arm64
+# under a signal storm (glibc's rseq registration and uslab's): the restartable
+# sections of percpu_rseq_aarch64.h and the page-granular calls on a real arm64 kernel.
+# With MODE rss, the guest runs bench/rss frag under uslab, glibc and Debian's arm64
 # jemalloc and mimalloc instead, three alternated rounds (memory is real in a guest;
 # its timings are not).
 # BUILD is a cross build (tools/uslab build --arch arm64). Exit status 0 when every
@@ -21,7 +20,7 @@ cpus=${2:-4}
 page=${3:-4k}
 case $page in 4k|16k) ;; *) echo "test/vm/arm64.sh: PAGE is 4k or 16k" >&2; exit 2 ;; esac
 mode=${4:-checks}
-case $mode in checks|rss) ;; *) echo "test/vm/arm64.sh: the 4th argument is rss or none" >&2; exit 2 ;; esac
+case $mode in checks|rss) ;; *) echo "test/vm/arm64.sh: MODE is checks or rss" >&2; exit 2 ;; esac
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 
@@ -93,7 +92,8 @@ if [ "$mode" = rss ]; then
   for p in libjemalloc2:libjemalloc.so.2 libmimalloc2.0:libmimalloc.so.2; do
     [ -f "$cache/${p#*:}" ] && continue
     tmp=$(mktemp -d)
-    (cd "$tmp" && apt-get download "${p%%:*}:arm64" >/dev/null 2>&1) || { rm -rf "$tmp"; skip "could not download ${p%%:*}:arm64"; }
+    (cd "$tmp" && apt-get download "${p%%:*}:arm64" >/dev/null 2>&1) ||
+      { rm -rf "$tmp"; skip "could not download ${p%%:*}:arm64"; }
     dpkg-deb -x "$tmp"/*.deb "$tmp/x"
     cp -L "$tmp"/x/usr/lib/aarch64-linux-gnu/"${p#*:}" "$cache/"
     rm -rf "$tmp"
@@ -122,11 +122,14 @@ for c in sh rm mkdir rmdir cat ls cp mv true false echo sleep grep; do ln -s bus
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
 rm -rf "$root"
 
+bench_arg=""
+[ "$mode" = rss ] && bench_arg=" uslab.rss"  # /init runs the benchmark instead
 echo "arm64 guest: $cpus CPUs, $(basename "$kernel") ($page pages), tcg"
 start=$(date +%s)
 timeout "${USLAB_VM_TIMEOUT:-1500}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 3072 \
   -accel tcg,thread=multi -nic none -nographic -no-reboot -monitor none -serial "file:$work/console.log" \
-  -kernel "$kernel" -initrd "$work/initrd.gz" -append "console=ttyAMA0 rdinit=/init quiet panic=-1$([ "$mode" = rss ] && echo ' uslab.rss')" \
+  -kernel "$kernel" -initrd "$work/initrd.gz" \
+  -append "console=ttyAMA0 rdinit=/init quiet panic=-1${bench_arg}" \
   </dev/null >/dev/null 2>&1 || true
 grep -a '^uslab-guest:' "$work/console.log" || true
 echo "arm64 guest: $(( $(date +%s) - start )) s (console: $work/console.log)"
