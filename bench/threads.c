@@ -36,6 +36,8 @@
  *                                     take turns allocating OBJECTS objects (16..256
  *                                     bytes) and freeing them: peak RSS shows what
  *                                     the caches keep per thread
+ * The cycle counts are the TSC's on x86-64; on aarch64 (where only mem runs, in the
+ * arm64 guest's footprint table) the generic timer's ticks.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -45,7 +47,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#if defined(__x86_64__)
 #include <x86intrin.h>
+static inline uint64_t ticks(void) { return __rdtsc(); }
+#else
+static inline uint64_t ticks(void) {
+  uint64_t v;
+  __asm__ volatile("isb; mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+}
+#endif
 #include <time.h>
 #include <sys/mman.h>
 
@@ -198,13 +209,13 @@ static void *concurrent(void *arg) {
   pin_self((int)(uintptr_t)arg);
   void **v = malloc(sizeof(void *) * (size_t)conc_n);
   pthread_barrier_wait(&conc_barrier);
-  uint64_t t0 = __rdtsc();
+  uint64_t t0 = ticks();
   for (long i = 0; i < conc_n; i++) v[i] = malloc(conc_size);
-  uint64_t t1 = __rdtsc();
+  uint64_t t1 = ticks();
   pthread_barrier_wait(&conc_barrier);
-  uint64_t t2 = __rdtsc();
+  uint64_t t2 = ticks();
   for (long i = 0; i < conc_n; i++) free(v[i]);
-  uint64_t t3 = __rdtsc();
+  uint64_t t3 = ticks();
   free(v);
   atomic_fetch_add(&conc_alloc_cycles, t1 - t0);
   atomic_fetch_add(&conc_free_cycles, t3 - t2);
@@ -221,14 +232,14 @@ static void *firstuse(void *arg) {
   pin_self(t);
   void **mine = fu_objs[t], **next = fu_objs[(t + 1) % nthreads];
   pthread_barrier_wait(&conc_barrier);
-  uint64_t t0 = __rdtsc();
+  uint64_t t0 = ticks();
   for (int c = 0; c < kFirstUseClasses; c++)
     for (long i = 0; i < fu_k; i++) mine[c * fu_k + i] = malloc(16 + (size_t)c * 97);
-  uint64_t t1 = __rdtsc();
+  uint64_t t1 = ticks();
   pthread_barrier_wait(&conc_barrier);
-  uint64_t t2 = __rdtsc();
+  uint64_t t2 = ticks();
   for (long i = 0; i < kFirstUseClasses * fu_k; i++) free(next[i]);
-  uint64_t t3 = __rdtsc();
+  uint64_t t3 = ticks();
   atomic_fetch_add(&fu_alloc_cycles, t1 - t0);
   atomic_fetch_add(&fu_free_cycles, t3 - t2);
   return NULL;

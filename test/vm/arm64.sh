@@ -11,7 +11,12 @@
 # sections of percpu_rseq_aarch64.h and the page-granular calls on a real arm64 kernel.
 # With MODE rss, the guest runs bench/rss frag under uslab, glibc and Debian's arm64
 # jemalloc and mimalloc instead, three alternated rounds (memory is real in a guest;
-# its timings are not).
+# its timings are not). With MODE debian, the guest is a Debian arm64 userland instead
+# (image.sh arm64, run from memory) with the host's test tree and BUILD at their host
+# paths, and runs guest.sh's real-programs and footprint checks there, as the x86-64
+# guest does: python3, perl, sort, awk and sed preloaded, and the footprints of uslab
+# and Debian's arm64 jemalloc, mimalloc and tcmalloc; and, when USLAB_VM_DEB names
+# the arm64 .deb, its installation with apt (guest.sh's package check).
 # BUILD is a cross build (tools/uslab build --arch arm64). Exit status 0 when every
 # check passed, 77 when the guest cannot run here (printed), 1 otherwise.
 set -euo pipefail
@@ -20,7 +25,7 @@ cpus=${2:-4}
 page=${3:-4k}
 case $page in 4k|16k) ;; *) echo "test/vm/arm64.sh: PAGE is 4k or 16k" >&2; exit 2 ;; esac
 mode=${4:-checks}
-case $mode in checks|rss) ;; *) echo "test/vm/arm64.sh: MODE is checks or rss" >&2; exit 2 ;; esac
+case $mode in checks|rss|debian) ;; *) echo "test/vm/arm64.sh: MODE is checks, rss or debian" >&2; exit 2 ;; esac
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 
@@ -102,28 +107,79 @@ fi
 
 work=$(mktemp -d /tmp/uslab-vm-arm64.XXXXXX)  # kept: console.log is the guest's output
 root=$work/root
-mkdir -p "$root"/{proc,sys,dev,tmp,lib}
-aarch64-linux-gnu-gcc -O2 -static -o "$root/init" "$src/test/vm/arm64_init.c"
-for p in $progs; do cp "$build/test/$p" "$root/"; done
-cp -L "$build/libuslab.so" "$root/libuslab.so"
-cp -L "$build/libuslab.so" "$root/lib/libuslab.so.0"  # the programs linked with it
-cp "$build/bench/rss" "$root/"
-[ "$mode" = rss ] && cp "$cache/libjemalloc.so.2" "$cache/libmimalloc.so.2" "$root/lib/"
-for l in ld-linux-aarch64.so.1 libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
-  cp -L "$sysroot/$l" "$root/lib/"
-done
-# hwloc, which uslab opens when asked (the unit suite's topology tests): libhwloc15:arm64.
-for l in libhwloc.so.15 libudev.so.1; do
-  [ -f "/usr/lib/aarch64-linux-gnu/$l" ] && cp -L "/usr/lib/aarch64-linux-gnu/$l" "$root/lib/"
-done
-mkdir -p "$root/bin"
-cp "$busybox" "$root/bin/busybox"
-for c in sh rm mkdir rmdir cat ls cp mv true false echo sleep grep; do ln -s busybox "$root/bin/$c"; done
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
-rm -rf "$root"
+if [ "$mode" = debian ]; then
+  image=$(bash "$src/test/vm/image.sh" arm64) || exit $?
+  # The Debian root, then what this run adds (a second archive, which the kernel
+  # unpacks over the first): /init, the test tree and BUILD's programs.
+  mkdir -p "$root$src" "$root$build"
+  if git -C "$src" rev-parse >/dev/null 2>&1; then
+    (cd "$src" && git ls-files -z test | cpio -0pdm --quiet "$root$src")
+  else
+    cp -a "$src/test" "$root$src/"
+  fi
+  (cd "$build" && find . -path '*.p' -prune -o \( -type f -o -type l \) -print |
+     grep -Ev '\.(a|o|ninja|json)$|/meson-' | cpio -pdm --quiet "$root$build")
+  cat >"$root/init" <<'INIT'
+#!/bin/sh
+# The arm64 Debian guest's first process: runs guest.sh, then writes its results and
+# each check's log to the console (the guest has no shared folder), and powers off.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /dev/shm /results; mount -t devpts devpts /dev/pts
+mount -t tmpfs tmp /dev/shm; mount -t tmpfs tmp /tmp; mount -t cgroup2 cgroup2 /sys/fs/cgroup
+echo 1 >/proc/sys/kernel/sysrq
+src=$(sed -n 's/.*uslab.src=\([^ ]*\).*/\1/p' /proc/cmdline)
+echo "uslab-guest: $(nproc) CPUs online, page size $(getconf PAGESIZE), $(uname -r)"
+bash "$src/test/vm/guest.sh" >/results/guest.log 2>&1
+for log in /results/*.log; do echo "== ${log#/results/}"; cat "$log"; done
+failed=0
+while read -r verdict name rest; do
+  [ "$verdict" = DONE ] && continue
+  echo "uslab-guest: $name: $verdict${rest:+ $rest}"
+  [ "$verdict" = FAIL ] && failed=$((failed + 1))
+done </results/results.txt
+grep -q '^DONE' /results/results.txt || { echo "uslab-guest: guest.sh did not finish"; failed=$((failed + 1)); }
+echo "uslab-guest: done, $failed failed"
+sync
+echo o >/proc/sysrq-trigger
+sleep 60
+INIT
+  chmod +x "$root/init"
+  # The arm64 .deb (tools/uslab package --arch arm64), for guest.sh's package check.
+  deb_check=
+  if [ -n "${USLAB_VM_DEB:-}" ]; then
+    mkdir -p "$root/var/tmp"; cp "$USLAB_VM_DEB" "$root/var/tmp/uslab.deb"; deb_check=,package
+  fi
+  (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/add.gz"
+  cat "$image/root.cpio.gz" "$work/add.gz" >"$work/initrd.gz"
+  rm -rf "$root" "$work/add.gz"
+else
+  # The checks and the benchmark: a static /init, the programs and their libraries.
+  mkdir -p "$root"/{proc,sys,dev,tmp,lib}
+  aarch64-linux-gnu-gcc -O2 -static -o "$root/init" "$src/test/vm/arm64_init.c"
+  for p in $progs; do cp "$build/test/$p" "$root/"; done
+  cp -L "$build/libuslab.so" "$root/libuslab.so"
+  cp -L "$build/libuslab.so" "$root/lib/libuslab.so.0"  # the programs linked with it
+  cp "$build/bench/rss" "$root/"
+  [ "$mode" = rss ] && cp "$cache/libjemalloc.so.2" "$cache/libmimalloc.so.2" "$root/lib/"
+  for l in ld-linux-aarch64.so.1 libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
+    cp -L "$sysroot/$l" "$root/lib/"
+  done
+  # hwloc, which uslab opens when asked (the unit suite's topology tests): libhwloc15:arm64.
+  for l in libhwloc.so.15 libudev.so.1; do
+    [ -f "/usr/lib/aarch64-linux-gnu/$l" ] && cp -L "/usr/lib/aarch64-linux-gnu/$l" "$root/lib/"
+  done
+  mkdir -p "$root/bin"
+  cp "$busybox" "$root/bin/busybox"
+  for c in sh rm mkdir rmdir cat ls cp mv true false echo sleep grep; do ln -s busybox "$root/bin/$c"; done
+  (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
+  rm -rf "$root"
+fi
 
 bench_arg=""
 [ "$mode" = rss ] && bench_arg=" uslab.rss"  # /init runs the benchmark instead
+[ "$mode" = debian ] &&
+  bench_arg=" uslab.src=$src uslab.build=$build uslab.cpus=$cpus uslab.nodes=1 uslab.checks=${USLAB_VM_CHECKS:-programs,footprint}$deb_check"
 echo "arm64 guest: $cpus CPUs, $(basename "$kernel") ($page pages), tcg"
 start=$(date +%s)
 timeout "${USLAB_VM_TIMEOUT:-1500}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 3072 \

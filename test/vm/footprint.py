@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 build, threads, peak_mb, idle_ms = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-ma = "/usr/lib/x86_64-linux-gnu"
+ma = f"/usr/lib/{os.uname().machine}-linux-gnu"  # x86_64 or aarch64
 peers = {"uslab": f"{build}/libuslab.so", "glibc": "", "jemalloc": f"{ma}/libjemalloc.so.2",
          "mimalloc": f"{ma}/libmimalloc.so.2", "tcmalloc": f"{ma}/libtcmalloc_minimal.so.4"}
 
@@ -41,7 +41,8 @@ def run(cmd, lib, extra=None):
         fields = res.read().split()
     if p.returncode != 0 or len(fields) < 6 or fields[5] != "0":
         print(f"{cmd[0]} under {lib or 'glibc'}: {fields}\n{p.stdout[-2000:]}", flush=True)
-    return p.stdout, int(fields[3]) if len(fields) > 3 else -1
+        return p.stdout, -1
+    return p.stdout, int(fields[3])
 
 
 RUN_TIMEOUT = int(os.environ.get("FOOTPRINT_RUN_TIMEOUT", "900"))

@@ -10,7 +10,7 @@ arg() { sed -n "s/.*uslab\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 src=$(arg src) build=$(arg build) checks=$(arg checks)
 nodes=$(arg nodes) cpus=$(arg cpus) memless=$(arg memless) possible=$(arg possible)
 lib=$build/libuslab.so
-multiarch=/usr/lib/x86_64-linux-gnu
+multiarch=/usr/lib/$(uname -m)-linux-gnu  # x86_64 or aarch64 (arm64.sh)
 declare -A peer_lib=([glibc]= [uslab]=$lib [jemalloc]=$multiarch/libjemalloc.so.2
                      [mimalloc]=$multiarch/libmimalloc.so.2
                      [tcmalloc]=$multiarch/libtcmalloc_minimal.so.4)
@@ -255,13 +255,43 @@ check_cgroup() {
 }
 
 # ---- real programs: the host's list, less those the guest lacks (g++, git) -------------
-check_programs() { bash "$src/test/programs/run_programs.sh" --available "$lib"; }
+# Then the mode they ran in, from the statistics: per-CPU, not the per-thread fallback.
+check_programs() {
+  local rc=0 mode
+  bash "$src/test/programs/run_programs.sh" --available "$lib" || rc=1
+  mode=$(LD_PRELOAD=$lib USLAB_STATS=1 python3 -c pass 2>&1 | grep -o -m1 'mode: [^)]*)')
+  echo "python3 under uslab: ${mode:-no mode in its statistics}"
+  [[ "$mode" == "mode: percpu"* ]] || { echo "FAIL: not in per-CPU mode"; rc=1; }
+  return $rc
+}
 
 # ---- footprints (64 threads and a 1 GB peak on a 64-CPU shape; less on small ones) ----
 check_footprint() {
   local threads=$cpus peak=$((cpus * 16))
   [ $peak -gt 1024 ] && peak=1024
   python3 "$src/test/vm/footprint.py" "$build" $threads $peak 12000
+}
+
+# ---- the package (tools/uslab package) installed with apt, when the guest has one ------
+# (arm64.sh puts the arm64 .deb at /var/tmp/uslab.deb): the installed command, the
+# library by its SONAME preloaded into python3 in per-CPU mode, and apt's removal.
+check_package() {
+  local deb=/var/tmp/uslab.deb bad=0 version major out
+  [ -f $deb ] || { echo "no package in the guest"; return 77; }
+  version=$(dpkg-deb -f $deb Version); version=${version%-*}; major=${version%%.*}
+  echo "== $(dpkg-deb -f $deb Package Version Architecture | tr '\n' ' ')"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $deb || { echo "FAIL: apt did not install it"; return 1; }
+  out=$(uslab --version); echo "uslab --version: $out"
+  [ "$out" = "uslab $version" ] || { echo "FAIL: not uslab $version"; bad=1; }
+  out=$(LD_PRELOAD=libuslab.so.$major USLAB_STATS=1 python3 -c 'print(len([str(i) for i in range(10**5)]))' 2>&1)
+  grep -m1 '^uslab stats' <<<"$out"
+  grep -qx 100000 <<<"$out" && grep -q '^uslab stats (mode: percpu' <<<"$out" ||
+    { echo "FAIL: python3 with libuslab.so.$major preloaded"; bad=1; }
+  uslab topology | grep 'uslab uses' || { echo "FAIL: uslab topology"; bad=1; }
+  apt-get purge -y -q uslab || bad=1
+  [ ! -e "$multiarch/libuslab.so.$major" ] && [ ! -e /usr/bin/uslab ] ||
+    { echo "FAIL: apt left files"; bad=1; }
+  return $bad
 }
 
 want topology && check topology check_topology
@@ -277,5 +307,6 @@ want hotplug && check hotplug check_hotplug
 want cgroup && check cgroup check_cgroup
 want programs && check programs check_programs
 want footprint && check footprint check_footprint
+want package && check package check_package
 want script && check script env build="$build" lib="$lib" src="$src" bash /results/script.sh
 record DONE

@@ -6,33 +6,69 @@
 # mkfs.ext4 -d. Its kernel and initramfs are copied out for QEMU's -kernel/-initrd.
 #
 # usage: image.sh        prints the image directory (holds root.ext4, vmlinuz, initrd.img)
+#        image.sh arm64  the arm64 guest's root instead (test/vm/arm64.sh), the same
+#                        userland less the kernel, as an initramfs archive (root.cpio.gz)
+#                        the guest runs from memory: it boots the arm64 kernels alone,
+#                        whose 9p and block drivers are modules. debootstrap's second
+#                        stage runs the arm64 binaries under qemu-user-static, through
+#                        binfmt_misc (registered here when it is not).
 # The directory is USLAB_VM_CACHE (default /var/cache/uslab/vm) plus the recipe's hash:
 # a change to this file makes a new image. Exit 77 with the reason where it cannot be
 # built (not root, no mirror, debootstrap failed): the suite then skips, never passes.
 set -u
 skip() { echo "SKIP: $*" >&2; exit 77; }
+arch=${1:-amd64}
+case $arch in amd64|arm64) ;; *) echo "image.sh: ARCH is amd64 or arm64" >&2; exit 2 ;; esac
 mirror=${USLAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# The guest's packages: kernel and initramfs, module loading, NUMA tools and hwloc (what
-# uslab topology is compared with), the peers the footprint table measures, python3.
-packages=linux-image-amd64,initramfs-tools,kmod,procps,numactl,hwloc-nox,libhwloc15,python3,libjemalloc2,libmimalloc2.0,libtcmalloc-minimal4,libunwind8,util-linux
+# The guest's packages: NUMA tools and hwloc (what uslab topology is compared with), the
+# peers the footprint table measures, python3; on amd64 also the kernel, its initramfs
+# and module loading.
+packages=procps,numactl,hwloc-nox,libhwloc15,python3,libjemalloc2,libmimalloc2.0,libtcmalloc-minimal4,libunwind8,util-linux
+[ "$arch" = amd64 ] && packages=linux-image-amd64,initramfs-tools,kmod,$packages
 recipe_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
 dir=${USLAB_VM_CACHE:-/var/cache/uslab/vm}/$recipe_hash
+[ "$arch" = arm64 ] && dir=${USLAB_VM_CACHE:-/var/cache/uslab/vm}/arm64/root-$recipe_hash
 if [ -e "$dir/.ready" ]; then echo "$dir"; exit 0; fi
 
 [ "$(id -u)" -eq 0 ] || skip "building the guest image needs root (debootstrap)"
-for tool in debootstrap mkfs.ext4; do
+tools="debootstrap mkfs.ext4"
+[ "$arch" = arm64 ] && tools="debootstrap cpio"
+for tool in $tools; do
   command -v "$tool" >/dev/null || skip "$tool is not installed"
 done
 curl -sfI --max-time 20 "$mirror/dists/bookworm/Release" >/dev/null 2>&1 ||
   skip "the Debian mirror $mirror cannot be reached"
+if [ "$arch" = arm64 ]; then
+  binfmt=/proc/sys/fs/binfmt_misc
+  conf=/usr/lib/binfmt.d/qemu-aarch64.conf
+  [ -f "$conf" ] || skip "no $conf (Debian: qemu-user-static)"
+  [ -e "$binfmt/register" ] || mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null ||
+    skip "binfmt_misc cannot be mounted: arm64 programs cannot run in the root being made"
+  [ -e "$binfmt/qemu-aarch64" ] || cat "$conf" >"$binfmt/register" 2>/dev/null ||
+    skip "qemu-aarch64 could not be registered with binfmt_misc"
+fi
 
 rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
 root=$dir.tmp/root
-echo "vm image: debootstrap bookworm into $root (a few minutes, once)" >&2
-if ! debootstrap --variant=minbase --include="$packages" bookworm "$root" "$mirror" \
+echo "vm image: debootstrap bookworm ($arch) into $root (a few minutes, once)" >&2
+if ! debootstrap --arch="$arch" --variant=minbase --include="$packages" bookworm "$root" "$mirror" \
     >"$dir.tmp/debootstrap.log" 2>&1; then
   tail -5 "$dir.tmp/debootstrap.log" >&2
-  skip "debootstrap bookworm failed (log: $dir.tmp/debootstrap.log)"
+  skip "debootstrap bookworm ($arch) failed (log: $dir.tmp/debootstrap.log)"
+fi
+if [ "$arch" = arm64 ]; then
+  echo uslab-guest >"$root/etc/hostname"
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+  (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$dir.tmp/root.cpio.gz" ||
+    skip "the arm64 root could not be archived"
+  rm -rf "$root"
+  touch "$dir.tmp/.ready"
+  rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  for old in "$(dirname "$dir")"/root-*; do
+    [ "$old" = "$dir" ] || [ ! -e "$old/.ready" ] || rm -rf "$old"
+  done
+  echo "$dir"
+  exit 0
 fi
 
 # The guest's first process: mounts what the checks need, then the host's tree (9p,
