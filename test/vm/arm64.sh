@@ -1,5 +1,5 @@
 #!/bin/bash
-# test/vm/arm64.sh BUILD [CPUS] [PAGE] [checks|rss] — the arm64 guest: Debian's arm64 kernel
+# test/vm/arm64.sh BUILD [CPUS] [PAGE] [checks|short|rss|debian] — the arm64 guest: Debian's arm64 kernel
 # (PAGE 4k: bookworm's linux-image-arm64, 6.1; 16k: trixie's linux-image-arm64-16k,
 # 6.12, 16 KiB pages) booted by qemu-system-aarch64 -M virt under TCG,
 # from an initramfs that holds the cross build's unit tests, libuslab.so and test
@@ -9,14 +9,19 @@
 # a CPU going offline and back, guarded sampling's read and write faults, and churn
 # under a signal storm (glibc's rseq registration and uslab's): the restartable
 # sections of percpu_rseq_aarch64.h and the page-granular calls on a real arm64 kernel.
+# MODE short is the test suite's default run of it: the same checks, less the unit
+# suite's other two modes, the 1 GB peak (10 MB instead) and churn's second run.
 # With MODE rss, the guest runs bench/rss frag under uslab, glibc and Debian's arm64
 # jemalloc and mimalloc instead, three alternated rounds (memory is real in a guest;
 # its timings are not). With MODE debian, the guest is a Debian arm64 userland instead
 # (image.sh arm64, run from memory) with the host's test tree and BUILD at their host
-# paths, and runs guest.sh's real-programs and footprint checks there, as the x86-64
-# guest does: python3, perl, sort, awk and sed preloaded, and the footprints of uslab
-# and Debian's arm64 jemalloc, mimalloc and tcmalloc; and, when USLAB_VM_DEB names
-# the arm64 .deb, its installation with apt (guest.sh's package check).
+# paths, and runs guest.sh's checks there, as the x86-64 guest does: the conformance
+# and stress suites (the cross build's meson list, test/vm/test_list.py), the real
+# programs (python3, perl, sort, awk and sed preloaded), and the footprints of uslab
+# and Debian's arm64 jemalloc, mimalloc and tcmalloc (a 64-thread server); and, when
+# USLAB_VM_DEB names the arm64 .deb, its installation with apt (guest.sh's package
+# check). USLAB_VM_CHECKS overrides the list of checks; USLAB_VM_PEERS ("NAME=PATH
+# ...": arm64 builds of other allocators, from their sources) adds footprint columns.
 # BUILD is a cross build (tools/uslab build --arch arm64). Exit status 0 when every
 # check passed, 77 when the guest cannot run here (printed), 1 otherwise.
 set -euo pipefail
@@ -25,7 +30,7 @@ cpus=${2:-4}
 page=${3:-4k}
 case $page in 4k|16k) ;; *) echo "test/vm/arm64.sh: PAGE is 4k or 16k" >&2; exit 2 ;; esac
 mode=${4:-checks}
-case $mode in checks|rss|debian) ;; *) echo "test/vm/arm64.sh: MODE is checks, rss or debian" >&2; exit 2 ;; esac
+case $mode in checks|short|rss|debian) ;; *) echo "test/vm/arm64.sh: MODE is checks, short, rss or debian" >&2; exit 2 ;; esac
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 
@@ -119,6 +124,23 @@ if [ "$mode" = debian ]; then
   fi
   (cd "$build" && find . -path '*.p' -prune -o \( -type f -o -type l \) -print |
      grep -Ev '\.(a|o|ninja|json)$|/meson-' | cpio -pdm --quiet "$root$build")
+  # meson's test list for guest.sh's conformance and stress checks.
+  mkdir -p "$root/results"
+  python3 "$src/test/vm/test_list.py" "$build" >"$root/results/tests.tsv"
+  # Other allocators for the footprint table; one that registers rseq itself (Google's
+  # tcmalloc) runs with glibc's registration off, or its per-CPU mode stays off.
+  if [ -n "${USLAB_VM_PEERS:-}" ]; then
+    mkdir -p "$root/var/tmp/peers"
+    for p in $USLAB_VM_PEERS; do
+      name=${p%%=*} path=${p#*=}
+      file -L "$path" | grep -q aarch64 || { echo "test/vm/arm64.sh: $path is not an arm64 library" >&2; exit 2; }
+      cp -L "$path" "$root/var/tmp/peers/$name.so"
+      line="$name=/var/tmp/peers/$name.so"
+      aarch64-linux-gnu-nm -D --defined-only "$path" | grep -q ' __rseq_abi$' &&
+        line+=";GLIBC_TUNABLES=glibc.pthread.rseq=0"
+      echo "$line" >>"$root/var/tmp/peers/list"
+    done
+  fi
   cat >"$root/init" <<'INIT'
 #!/bin/sh
 # The arm64 Debian guest's first process: runs guest.sh, then writes its results and
@@ -128,6 +150,7 @@ mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /results; mount -t devpts devpts /dev/pts
 mount -t tmpfs tmp /dev/shm; mount -t tmpfs tmp /tmp; mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo 1 >/proc/sys/kernel/sysrq
+ip link set lo up  # the guest has no network; redis listens on the loopback
 src=$(sed -n 's/.*uslab.src=\([^ ]*\).*/\1/p' /proc/cmdline)
 echo "uslab-guest: $(nproc) CPUs online, page size $(getconf PAGESIZE), $(uname -r)"
 bash "$src/test/vm/guest.sh" >/results/guest.log 2>&1
@@ -176,16 +199,19 @@ else
   rm -rf "$root"
 fi
 
-bench_arg=""
-[ "$mode" = rss ] && bench_arg=" uslab.rss"  # /init runs the benchmark instead
+guest_args=""
+[ "$mode" = rss ] && guest_args=" uslab.rss"  # /init runs the benchmark instead
+[ "$mode" = short ] && guest_args=" uslab.short"
 [ "$mode" = debian ] &&
-  bench_arg=" uslab.src=$src uslab.build=$build uslab.cpus=$cpus uslab.nodes=1 uslab.checks=${USLAB_VM_CHECKS:-programs,footprint}$deb_check"
+  guest_args=" uslab.src=$src uslab.build=$build uslab.cpus=$cpus uslab.nodes=1 uslab.threads=64 uslab.checks=${USLAB_VM_CHECKS:-conformance,stress,programs,footprint}$deb_check"
 echo "arm64 guest: $cpus CPUs, $(basename "$kernel") ($page pages), tcg"
 start=$(date +%s)
-timeout "${USLAB_VM_TIMEOUT:-1500}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 3072 \
+limit=1500
+[ "$mode" = debian ] && limit=5400  # the conformance and stress suites, emulated
+timeout "${USLAB_VM_TIMEOUT:-$limit}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 3072 \
   -accel tcg,thread=multi -nic none -nographic -no-reboot -monitor none -serial "file:$work/console.log" \
   -kernel "$kernel" -initrd "$work/initrd.gz" \
-  -append "console=ttyAMA0 rdinit=/init quiet panic=-1${bench_arg}" \
+  -append "console=ttyAMA0 rdinit=/init quiet panic=-1${guest_args}" \
   </dev/null >/dev/null 2>&1 || true
 grep -a '^uslab-guest:' "$work/console.log" || true
 echo "arm64 guest: $(( $(date +%s) - start )) s (console: $work/console.log)"

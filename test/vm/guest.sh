@@ -254,22 +254,29 @@ check_cgroup() {
   return $bad
 }
 
-# ---- real programs: the host's list, less those the guest lacks (g++, git) -------------
+# ---- real programs: the host's list, less those the guest lacks (the x86-64 guest: g++,
+# git, redis), and redis-server's purge through mallctl where it is installed (arm64).
 # Then the mode they ran in, from the statistics: per-CPU, not the per-thread fallback.
 check_programs() {
   local rc=0 mode
   bash "$src/test/programs/run_programs.sh" --available "$lib" || rc=1
+  bash "$src/test/programs/redis_purge.sh" "$lib"
+  case $? in 0|77) ;; *) rc=1 ;; esac
   mode=$(LD_PRELOAD=$lib USLAB_STATS=1 python3 -c pass 2>&1 | grep -o -m1 'mode: [^)]*)')
   echo "python3 under uslab: ${mode:-no mode in its statistics}"
   [[ "$mode" == "mode: percpu"* ]] || { echo "FAIL: not in per-CPU mode"; rc=1; }
   return $rc
 }
 
-# ---- footprints (64 threads and a 1 GB peak on a 64-CPU shape; less on small ones) ----
+# ---- footprints (64 threads and a 1 GB peak on a 64-CPU shape; less on small ones;
+# uslab.threads sets the server's threads), and the peers built from their sources that
+# the host put in the guest (arm64.sh: /var/tmp/peers/list, NAME=PATH[;VAR=VALUE] a line)
 check_footprint() {
-  local threads=$cpus peak=$((cpus * 16))
+  local threads peak=$((cpus * 16)) extra=()
+  threads=$(arg threads); threads=${threads:-$cpus}
   [ $peak -gt 1024 ] && peak=1024
-  python3 "$src/test/vm/footprint.py" "$build" $threads $peak 12000
+  [ -f /var/tmp/peers/list ] && mapfile -t extra </var/tmp/peers/list
+  python3 "$src/test/vm/footprint.py" "$build" "$threads" $peak 12000 "${extra[@]}"
 }
 
 # ---- the package (tools/uslab package) installed with apt, when the guest has one ------

@@ -22,9 +22,11 @@ case $arch in amd64|arm64) ;; *) echo "image.sh: ARCH is amd64 or arm64" >&2; ex
 mirror=${USLAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # The guest's packages: NUMA tools and hwloc (what uslab topology is compared with), the
 # peers the footprint table measures, python3; on amd64 also the kernel, its initramfs
-# and module loading.
+# and module loading; on arm64 also the real programs the host runs on x86-64 (g++ and
+# git for run_programs.sh, redis-server for redis_purge.sh, iproute2 for its loopback).
 packages=procps,numactl,hwloc-nox,libhwloc15,python3,libjemalloc2,libmimalloc2.0,libtcmalloc-minimal4,libunwind8,util-linux
 [ "$arch" = amd64 ] && packages=linux-image-amd64,initramfs-tools,kmod,$packages
+[ "$arch" = arm64 ] && packages=$packages,g++,git,redis-server,redis-tools,iproute2
 recipe_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
 dir=${USLAB_VM_CACHE:-/var/cache/uslab/vm}/$recipe_hash
 [ "$arch" = arm64 ] && dir=${USLAB_VM_CACHE:-/var/cache/uslab/vm}/arm64/root-$recipe_hash

@@ -56,22 +56,9 @@ img=$(bash "$src/test/vm/image.sh"); rc=$?
 out=${keep:-$(mktemp -d /tmp/uslab-vm.XXXXXX)}
 mkdir -p "$out"; rm -f "$out"/*.log "$out"/results.txt "$out"/tests.tsv "$out"/script.sh
 if [ -n "$script" ]; then cp "$script" "$out/script.sh"; checks+=,script; fi
-# meson's test list, for the guest's runner: suite, name, environment, command, timeout
-# (tab-separated; the environment's and the command's items by the unit separator).
-# A copy of a build tree still names the tree meson configured: those paths are made
-# the copy's, so the guest runs what it was given while the original is rebuilt.
+# meson's test list, for the guest's runner (guest.sh's run_listed).
 if command -v meson >/dev/null; then
-  meson introspect "$build" --tests 2>/dev/null | python3 -c '
-import json, sys
-build = sys.argv[1]
-made = json.load(open(build + "/meson-info/meson-info.json"))["directories"]["build"]
-def here(s):
-    return build if s == made else s.replace(made + "/", build + "/")
-for t in json.load(sys.stdin):
-    suite = t["suite"][0].split(":")[-1]
-    env = "\x1f".join(f"{k}={here(v)}" for k, v in t["env"].items())
-    print("\t".join([suite, t["name"], env, "\x1f".join(map(here, t["cmd"])), str(t["timeout"])]))
-' "$build" >"$out/tests.tsv"
+  python3 "$src/test/vm/test_list.py" "$build" >"$out/tests.tsv" 2>/dev/null || rm -f "$out/tests.tsv"
 fi
 
 # The machine: -numa node per memory node, CPUs split evenly; a memory-less node takes
