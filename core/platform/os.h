@@ -29,7 +29,8 @@
 // the file (PROGBITS: 4 MiB of zeros, file-backed pages): there they stay in .bss.
 // So does GCC for aarch64, whose linker knows .lbss only for x86-64's medium model
 // (PROGBITS, before .bss, outside the bounds advised off huge pages): there they go
-// to .bss.* (NOBITS), among each file's small globals.
+// to .bss.uslab_large (NOBITS), which libuslab.so's link puts after .bss
+// (core/platform/large_zero.ld); a static link takes them among its small globals.
 #if defined(__clang__) && __clang_major__ < 17
 #define USLAB_LARGE_ZERO
 #elif defined(__aarch64__)

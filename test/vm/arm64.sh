@@ -21,7 +21,8 @@
 # and Debian's arm64 jemalloc, mimalloc and tcmalloc (a 64-thread server); and, when
 # USLAB_VM_DEB names the arm64 .deb, its installation with apt (guest.sh's package
 # check). USLAB_VM_CHECKS overrides the list of checks; USLAB_VM_PEERS ("NAME=PATH
-# ...": arm64 builds of other allocators, from their sources) adds footprint columns.
+# ...": arm64 builds of other allocators, from their sources) adds footprint columns;
+# USLAB_VM_SCRIPT is a script of the caller's to run there too (guest.sh's script).
 # BUILD is a cross build (tools/uslab build --arch arm64). Exit status 0 when every
 # check passed, 77 when the guest cannot run here (printed), 1 otherwise.
 set -euo pipefail
@@ -148,12 +149,19 @@ if [ "$mode" = debian ]; then
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /results; mount -t devpts devpts /dev/pts
+# What udev would make: bash's process substitution opens /dev/fd/N.
+ln -s /proc/self/fd /dev/fd; ln -s fd/0 /dev/stdin; ln -s fd/1 /dev/stdout; ln -s fd/2 /dev/stderr
 mount -t tmpfs tmp /dev/shm; mount -t tmpfs tmp /tmp; mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo 1 >/proc/sys/kernel/sysrq
 ip link set lo up  # the guest has no network; redis listens on the loopback
 src=$(sed -n 's/.*uslab.src=\([^ ]*\).*/\1/p' /proc/cmdline)
 echo "uslab-guest: $(nproc) CPUs online, page size $(getconf PAGESIZE), $(uname -r)"
+# Each check's verdict on the console as it comes (the host sees how far a long run got).
+touch /results/results.txt
+tail -f /results/results.txt | sed -u 's/^/uslab-guest: so far: /' &
+progress=$!
 bash "$src/test/vm/guest.sh" >/results/guest.log 2>&1
+kill $progress
 for log in /results/*.log; do echo "== ${log#/results/}"; cat "$log"; done
 failed=0
 while read -r verdict name rest; do
@@ -168,6 +176,12 @@ echo o >/proc/sysrq-trigger
 sleep 60
 INIT
   chmod +x "$root/init"
+  # A script of the caller's (USLAB_VM_SCRIPT; guest.sh's script check), as run.sh's
+  # --script: to reproduce something there by hand.
+  extra_checks=
+  if [ -n "${USLAB_VM_SCRIPT:-}" ]; then
+    cp "$USLAB_VM_SCRIPT" "$root/results/script.sh"; extra_checks=,script
+  fi
   # The arm64 .deb (tools/uslab package --arch arm64), for guest.sh's package check.
   deb_check=
   if [ -n "${USLAB_VM_DEB:-}" ]; then
@@ -203,7 +217,7 @@ guest_args=""
 [ "$mode" = rss ] && guest_args=" uslab.rss"  # /init runs the benchmark instead
 [ "$mode" = short ] && guest_args=" uslab.short"
 [ "$mode" = debian ] &&
-  guest_args=" uslab.src=$src uslab.build=$build uslab.cpus=$cpus uslab.nodes=1 uslab.threads=64 uslab.checks=${USLAB_VM_CHECKS:-conformance,stress,programs,footprint}$deb_check"
+  guest_args=" uslab.src=$src uslab.build=$build uslab.cpus=$cpus uslab.nodes=1 uslab.threads=64 uslab.checks=${USLAB_VM_CHECKS:-conformance,stress,programs,footprint}$extra_checks$deb_check"
 echo "arm64 guest: $cpus CPUs, $(basename "$kernel") ($page pages), tcg"
 start=$(date +%s)
 limit=1500
