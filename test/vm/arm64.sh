@@ -22,7 +22,10 @@
 # USLAB_VM_DEB names the arm64 .deb, its installation with apt (guest.sh's package
 # check). USLAB_VM_CHECKS overrides the list of checks; USLAB_VM_PEERS ("NAME=PATH
 # ...": arm64 builds of other allocators, from their sources) adds footprint columns;
-# USLAB_VM_SCRIPT is a script of the caller's to run there too (guest.sh's script).
+# USLAB_VM_SCRIPT is a script of the caller's to run there too (guest.sh's script);
+# USLAB_VM_NODES=K splits the CPUs and memory over K NUMA nodes (-numa, which the
+# arm64 kernel reads from the device tree) and adds guest.sh's topology and NUMA
+# placement checks.
 # BUILD is a cross build (tools/uslab build --arch arm64). Exit status 0 when every
 # check passed, 77 when the guest cannot run here (printed), 1 otherwise.
 set -euo pipefail
@@ -32,6 +35,9 @@ page=${3:-4k}
 case $page in 4k|16k) ;; *) echo "test/vm/arm64.sh: PAGE is 4k or 16k" >&2; exit 2 ;; esac
 mode=${4:-checks}
 case $mode in checks|short|rss|debian) ;; *) echo "test/vm/arm64.sh: MODE is checks, short, rss or debian" >&2; exit 2 ;; esac
+nodes=${USLAB_VM_NODES:-1} mem=3072
+[ "$nodes" -ge 1 ] && [ $((cpus % nodes)) -eq 0 ] && [ "$mode" = debian ] || [ "$nodes" -eq 1 ] ||
+  { echo "test/vm/arm64.sh: $nodes nodes need --debian and a CPU count they divide" >&2; exit 2; }
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 
@@ -217,12 +223,20 @@ guest_args=""
 [ "$mode" = rss ] && guest_args=" uslab.rss"  # /init runs the benchmark instead
 [ "$mode" = short ] && guest_args=" uslab.short"
 [ "$mode" = debian ] &&
-  guest_args=" uslab.src=$src uslab.build=$build uslab.cpus=$cpus uslab.nodes=1 uslab.threads=64 uslab.checks=${USLAB_VM_CHECKS:-conformance,stress,programs,footprint}$extra_checks$deb_check"
-echo "arm64 guest: $cpus CPUs, $(basename "$kernel") ($page pages), tcg"
+  guest_args=" uslab.src=$src uslab.build=$build uslab.cpus=$cpus uslab.nodes=$nodes uslab.memless=0 uslab.possible=0 uslab.threads=64 uslab.checks=${USLAB_VM_CHECKS:-$([ "$nodes" -gt 1 ] && echo topology,numa,)conformance,stress,programs,footprint}$extra_checks$deb_check"
+# NUMA nodes: the CPUs and the memory split evenly, as run.sh does for x86-64.
+machine=(-smp "$cpus" -m "$mem")
+if [ "$nodes" -gt 1 ]; then
+  for ((n = 0; n < nodes; n++)); do
+    machine+=(-object "memory-backend-ram,id=m$n,size=$((mem / nodes))M"
+              -numa "node,nodeid=$n,cpus=$((n * cpus / nodes))-$(((n + 1) * cpus / nodes - 1)),memdev=m$n")
+  done
+fi
+echo "arm64 guest: $cpus CPUs$([ "$nodes" -gt 1 ] && echo " in $nodes nodes"), $(basename "$kernel") ($page pages), tcg"
 start=$(date +%s)
 limit=1500
 [ "$mode" = debian ] && limit=5400  # the conformance and stress suites, emulated
-timeout "${USLAB_VM_TIMEOUT:-$limit}" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m 3072 \
+timeout "${USLAB_VM_TIMEOUT:-$limit}" qemu-system-aarch64 -M virt -cpu max "${machine[@]}" \
   -accel tcg,thread=multi -nic none -nographic -no-reboot -monitor none -serial "file:$work/console.log" \
   -kernel "$kernel" -initrd "$work/initrd.gz" \
   -append "console=ttyAMA0 rdinit=/init quiet panic=-1${guest_args}" \
