@@ -4,8 +4,9 @@
 // percpu_rseq_x86_64.h; aarch64: percpu_rseq_aarch64.h), and the dispatch between
 // the forms of the fast paths.
 //
-// Owns nothing; included by percpu.h only, after the layout, the globals and the
-// slow paths those sections use. Each section's rules (percpu.h): it works on one
+// Owns nothing. Stands alone: the layout, the globals and the slow paths the sections
+// use are percpu_layout.h's, the rseq area the platform's; percpu.h includes it
+// for the rest of the allocator. Each section's rules (percpu.h): it works on one
 // CPU's region, found from the rseq area's cpu_id; its one committing store is the
 // last instruction before its end label; the kernel aborts it on preemption,
 // migration or a signal, and it restarts from the top. test/unit/percpu_rseq_test.cc
@@ -23,11 +24,18 @@
 // under the CPU's lock (percpu.cc); the pops and pushes need none.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/percpu_layout.h"
+
 #if defined(__x86_64__)
 #include "core/alloc/percpu_rseq_x86_64.h"
 #elif defined(__aarch64__)
 #include "core/alloc/percpu_rseq_aarch64.h"
 #endif
+
+namespace uslab {
 
 #if defined(__x86_64__) || defined(__aarch64__)
 
@@ -106,3 +114,5 @@ inline long percpu_peek(uint32_t, unsigned, void**) { return -1; }
 inline long percpu_push_draining(uint32_t, unsigned, void*, void**, size_t) { return kSheafMoved; }
 
 #endif
+
+}  // namespace uslab

@@ -3,12 +3,21 @@
 // the base+index operands of x86-64's two forms are one addressing mode here), and
 // the slow paths' batch pop, push, draining push, resize and peek.
 //
-// Owns nothing; included by percpu_rseq.h only, whose top comment gives the rules
+// Owns nothing; included by percpu_rseq.h, whose top comment gives the rules
 // every section keeps and why none needs a barrier on this weakly ordered CPU.
 // The kernel's rseq ABI on arm64: the 32-bit signature kRseqSig (glibc's, a `brk`
 // encoding, so that a stray jump to it traps) is the word before every abort
 // handler; the descriptor is the same struct rseq_cs as on x86-64.
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/hit_counter.h"
+#include "core/alloc/percpu_layout.h"
+#include "core/ds/ds.h"
+
+namespace uslab {
 
 static_assert(kRseqSig == 0xd428bc00, "the signature below is spelled out in asm");
 static_assert(kCpuRegionShift == 18 && kHeaderOffset == 8, "spelled out in the asm");
@@ -319,3 +328,5 @@ inline long percpu_peek(uint32_t cpu, unsigned cls, void** top) {
 }
 
 // clang-format on
+
+}  // namespace uslab

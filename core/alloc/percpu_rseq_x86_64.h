@@ -2,9 +2,18 @@
 // x86-64 inline assembly: the fast paths' single pop and push, in two addressing
 // forms, and the slow paths' batch pop, push, draining push, resize and peek.
 //
-// Owns nothing; included by percpu_rseq.h only, whose top comment gives the rules
+// Owns nothing; included by percpu_rseq.h, whose top comment gives the rules
 // every section keeps. x86-64 is strongly ordered (TSO): no section needs a fence.
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/alloc/hit_counter.h"
+#include "core/alloc/percpu_layout.h"
+#include "core/ds/ds.h"
+
+namespace uslab {
 
 // The sections keep their hand layout:
 // clang-format off
@@ -376,3 +385,5 @@ inline long percpu_peek(uint32_t cpu, unsigned cls, void** top) {
 }
 
 // clang-format on
+
+}  // namespace uslab
