@@ -9,6 +9,7 @@
 #include "core/alloc/central.h"
 #include "core/alloc/decay.h"
 #include "core/alloc/depot.h"
+#include "core/alloc/error_report.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/hit_counter.h"
 #include "core/alloc/huge_cache.h"

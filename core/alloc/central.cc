@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/alloc/background.h"
+#include "core/alloc/error_report.h"
 
 namespace uslab {
 
@@ -16,31 +17,12 @@ USLAB_LARGE_ZERO constinit ShardFreeBytes g_central_free_bytes[kMaxShards];
 USLAB_LARGE_ZERO constinit ShardSpareClasses g_central_spare_classes[kMaxShards];
 USLAB_LARGE_ZERO constinit std::atomic<uint64_t> g_central_class_shards[kMaxClasses] = {};
 
-constinit std::atomic<uint64_t> g_bad_free_reports{0};
-
 namespace {
 constinit std::atomic<CacheSlabInit> cache_slab_init_{nullptr};
 }  // namespace
 
 void central_set_cache_slab_init(CacheSlabInit init) {
   cache_slab_init_.store(init, std::memory_order_release);
-}
-
-void abort_if_configured() {
-  config_init();
-  if (g_config.abort_on_error)
-    os::fatal("uslab: aborting (set USLAB_CONF=abort_on_error=false to continue)\n");
-}
-
-void report_bad_free(const void* p, const char* what, unsigned cls) {
-  config_init();
-  g_bad_free_reports.fetch_add(1, std::memory_order_relaxed);
-  if (cls)
-    os::print_stderr("uslab: %s of %p (size class %u, %u bytes)\n", what, p, cls,
-                     (unsigned)class_size(cls));
-  else
-    os::print_stderr("uslab: %s of %p (not allocated by uslab)\n", what, p);
-  abort_if_configured();
 }
 
 void CentralList::push_spare(Span* s) {

@@ -204,11 +204,4 @@ size_t central_reclaim_spares(unsigned shard);
 // slabs carved again once a tick).
 void central_release_all_spares();
 
-// Report an invalid or double free; aborts unless abort_on_error=false.
-void report_bad_free(const void* p, const char* what, unsigned cls);
-// After reporting a misuse: abort unless abort_on_error=false.
-void abort_if_configured();
-// How many bad frees were reported (they are not aborted on with abort_on_error=false).
-extern std::atomic<uint64_t> g_bad_free_reports;
-
 }  // namespace uslab

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/alloc/error_report.h"
 #include "core/alloc/percpu.h"
 
 namespace uslab {

@@ -12,6 +12,7 @@
 
 #include "core/alloc/background.h"
 #include "core/alloc/decay.h"
+#include "core/alloc/error_report.h"
 #include "core/alloc/sampler.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/huge_cache.h"

@@ -4,6 +4,7 @@
 #include "core/alloc/thread_cache.h"
 
 #include "core/alloc/decay.h"
+#include "core/alloc/error_report.h"
 #include "core/alloc/sampler.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"

@@ -27,7 +27,7 @@ LAYERS = [
 # start with, its name or one of the names listed with it. The two front ends (the
 # thread caches and the per-CPU sheaves, each the other's fallback) are one module.
 MODULES = [
-    ("meta_arena", []), ("paged_pool", []), ("segment", []), ("shard", []),
+    ("error_report", []), ("meta_arena", []), ("paged_pool", []), ("segment", []), ("shard", []),
     ("page_heap", []), ("huge_cache", []), ("central", []), ("first_touch", []),
     ("depot", []), ("hit_counter", []), ("sampler", []),
     ("thread_cache", ["percpu", "capacity"]), ("obj_cache", []),
