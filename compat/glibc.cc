@@ -4,11 +4,11 @@
 //
 // mallopt accepts every option and changes nothing (uslab's tunables are USLAB_CONF);
 // mallinfo's fields are filled from uslab's own counters as their glibc meaning is
-// closest. Locking: none here; see core/heap.h.
+// closest. Locking: none here; see core/heap/heap.h.
 #include <cstdio>
 #include <malloc.h>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "preload/export.h"
 
 using namespace uslab;

@@ -7,12 +7,12 @@
 // Semantics follow jemalloc's manual: the *allocx functions do not set errno;
 // rallocx leaves the old object valid when it fails; xallocx never moves; with
 // MALLOCX_ZERO, a growing rallocx zeroes from the old usable size on.
-// Locking: none here; see core/heap.h.
+// Locking: none here; see core/heap/heap.h.
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "preload/export.h"
 
 using namespace uslab;

@@ -19,7 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "include/uslab.h"
 #include "preload/export.h"
 

@@ -1,11 +1,11 @@
 // preload/api.cc — the functions declared in include/uslab.h.
-// Locking: none here; see core/heap.h.
+// Locking: none here; see core/heap/heap.h.
 #include "include/uslab.h"
 
 #include <cerrno>
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "preload/export.h"
 
 extern "C" {

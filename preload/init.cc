@@ -15,12 +15,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "core/platform/libc_calls.h"
 #include "preload/export.h"
 
 #ifdef __GLIBC__
-#include "compat/glibc_chunk.h"
 
 // What pthread_atfork is: glibc's libc_nonshared.a stub passes the calling object's
 // __dso_handle to this (GLIBC_2.3.2, in libc.so.6 on every glibc). Called directly,
@@ -73,7 +72,7 @@ USLAB_STARTUP_STRING(kFree, "free");
 USLAB_STARTUP_STRING(kUsableSize, "malloc_usable_size");
 
 // glibc's free and malloc_usable_size, for blocks of glibc's malloc that reach
-// uslab's (core/foreign.h), and the program break before glibc's malloc could use it.
+// uslab's (core/foreign/), and the program break before glibc's malloc could use it.
 // musl has no such blocks: its loader's allocations are never freed, and the rest of
 // musl calls the malloc that was interposed.
 void find_glibc_malloc() {
@@ -83,8 +82,8 @@ void find_glibc_malloc() {
   auto glibc_usable = reinterpret_cast<UsableFn>(uslab::libc::dl_sym(RTLD_NEXT, kUsableSize));
   if (glibc_free == uslab_own_free || glibc_usable == uslab_own_usable_size)
     return;  // ours, linked in
-  uslab::compat::glibc_chunks_init(reinterpret_cast<const void*>(syscall(SYS_brk, 0)));
-  uslab::foreign::set_hooks({glibc_free, glibc_usable, uslab::compat::is_glibc_block});
+  uslab::foreign::glibc_chunks_init(reinterpret_cast<const void*>(syscall(SYS_brk, 0)));
+  uslab::foreign::set_hooks({glibc_free, glibc_usable, uslab::foreign::is_glibc_block});
 }
 #endif
 

@@ -13,12 +13,12 @@
 // clean up, so they need no personality routine and no -fexceptions.
 //
 // Sized deletes ignore the size: a wrong size from the caller cannot corrupt the heap.
-// Locking: none here; see core/heap.h.
+// Locking: none here; see core/heap/heap.h.
 #include <cerrno>
 #include <cstddef>
 #include <new>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "preload/export.h"
 
 using namespace uslab;

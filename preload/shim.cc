@@ -9,12 +9,12 @@
 // pointer, realloc(p, 0) frees and returns NULL, failures set errno = ENOMEM, free
 // preserves errno, posix_memalign returns EINVAL for a bad alignment.
 //
-// Locking: none here; everything goes through core/heap.h.
+// Locking: none here; everything goes through core/heap/heap.h.
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "preload/export.h"
 
 using namespace uslab;

@@ -1,7 +1,7 @@
 // core/alloc/alloc.h — umbrella of the allocator layer (shards, segments, page heaps,
 // central slab lists, depots, huge cache, per-CPU sheaves, thread caches, metadata,
 // the decay tick, the background thread, the memory limit). Includes only the layers
-// below it; only the heap layer above (core/heap.h, deferred.h, grace.cc, prof/)
+// below it; only the heap layer above (core/heap/, core/deferred/, core/prof/, ...)
 // includes it.
 #pragma once
 
@@ -18,6 +18,7 @@
 #include "core/alloc/obj_cache.h"
 #include "core/alloc/page_heap.h"
 #include "core/alloc/paged_pool.h"
+#include "core/alloc/front.h"
 #include "core/alloc/percpu.h"
 #include "core/alloc/sampler.h"
 #include "core/alloc/segment.h"

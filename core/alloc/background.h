@@ -115,7 +115,7 @@ void background_enable(bool on);
 // fork: the child has no thread (it starts one once it has memory to return).
 void background_fork_child();
 
-// The facade's live statistics (heap_live.cc), which this thread writes: `start`
+// The facade's live statistics (core/stats/live.cc), which this thread writes: `start`
 // makes their region (called by whoever starts the thread, before it starts: the
 // region's descriptor, open for an instant, shifts no other thread's open());
 // `requested` tells whether a reader outside the process asked for them (or for a

@@ -28,7 +28,7 @@ inline uint32_t sheaf_max_capacity(unsigned cls) { return class_info(cls).sheaf_
 constexpr size_t kHeaderOffset = sizeof(void*);
 
 // After the classes' sheaves, each region holds the CPU's deferred-free sheaf
-// (core/deferred.h): pointers waiting for a grace period, moved into a page-sized
+// (core/deferred/): pointers waiting for a grace period, moved into a page-sized
 // block when it is full. Its header index follows the classes'; its capacity is
 // fixed (it is not part of the byte budget) and set on its first use.
 constexpr unsigned kDeferSheaf = kMaxClasses;
@@ -82,7 +82,7 @@ extern uint32_t g_cpu_count USLAB_HIDDEN;
 enum : uint8_t { kSheafIndex = 1, kSheafBase = 2 };
 extern uint8_t g_percpu USLAB_HIDDEN;
 // g_percpu on a machine with one NUMA node, else 0: free pushes every object onto the
-// class's sheaf without asking whose node it is from (free_object in heap.h).
+// class's sheaf without asking whose node it is from (free_object in front.h).
 extern uint8_t g_percpu_one_node USLAB_HIDDEN;
 // "index" or "base", for the statistics (per-CPU mode only).
 inline const char* sheaf_form_name() { return g_percpu == kSheafBase ? "base" : "index"; }

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/alloc/alloc.h"
 
 namespace uslab::guard {
 

@@ -33,7 +33,7 @@ struct Config {
   uint64_t percpu_cpus = 0;      // sheaves for CPU ids below this (0: all possible CPUs)
   bool stats_at_exit = false;    // print the stats table on stderr at exit
   bool stats_json = false;       // ... as JSON (stats=json)
-  bool live_stats = true;        // the statistics readable from outside (heap_live.cc)
+  bool live_stats = true;        // the statistics readable from outside (core/stats/live.cc)
   uint64_t decay_ms = 10000;     // memory the program frees goes back to the OS within this
   bool membarrier = true;        // writers fence readers with membarrier (false: readers fence)
   // The background thread (core/alloc/background.h), which returns memory and frees
@@ -72,7 +72,7 @@ struct Config {
   uint64_t guard_sample = uint64_t{1} << 30;
   uint64_t guard_slots = 512;
   bool guard_recover = false;
-  // A pointer uslab did not hand out reaching free (core/foreign.h): to glibc's free
+  // A pointer uslab did not hand out reaching free (core/foreign/): to glibc's free
   // when it looks like one of glibc's blocks, else reported; reported and left; or
   // reported and aborted.
   enum class ForeignFree : uint8_t { kForward, kReport, kAbort };

@@ -22,7 +22,7 @@
 //                      state its writes change (a purge under it reaches every cache)
 //   kSampler           alloc/sampler.cc g_client_lock — the sampling clients' table
 //                      (held while the CPUs' streams are armed again)
-//   kTopologyPrint     heap_report.cc topology_print's lock — its two Topology records and
+//   kTopologyPrint     stats/table.cc topology_print's lock — its two Topology records and
 //                      text buffer (hwloc, which it may load, allocates: outermost)
 //   kStackCapture      prof/stack.cc g_capture_lock — no data: held across an unwind, so
 //                      that fork finds the unwinder's own locks free (before the

@@ -2,7 +2,6 @@
 // See os.h for the rules; no locks here, every function is reentrant.
 #include "core/platform/os.h"
 #include "core/platform/config.h"
-#include "core/platform/mutex.h"
 #include "core/platform/track.h"
 
 #include <atomic>
@@ -555,14 +554,3 @@ void fatal(const char* fmt, ...) {
 }
 
 }  // namespace uslab::os
-
-namespace uslab {
-
-__thread uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
-__thread uint32_t t_locks_held __attribute__((tls_model("initial-exec"))) = 0;
-
-uint32_t current_tid_slow() { return t_tid = static_cast<uint32_t>(os::syscall6(SYS_gettid)); }
-
-void forget_current_tid() { t_tid = 0; }
-
-}  // namespace uslab

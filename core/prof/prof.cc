@@ -8,7 +8,7 @@
 #include <csignal>
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/alloc/alloc.h"
 #include "core/prof/stack.h"
 #include "core/prof/write.h"
 
@@ -314,7 +314,7 @@ void* sample_small(unsigned cls) {
   void* p;
   size_t size = class_size(cls);
   if (cls >= kFirstCacheClass) {
-    p = heap::take_object(cls);  // a cache object stays in its slab (handed out by the caller)
+    p = take_object(cls);  // a cache object stays in its slab (handed out by the caller)
   } else {
     // A large span straight from the page heap (a small object's pages never need
     // alloc_large's huge, guard or memory-limit handling; its decay notice comes

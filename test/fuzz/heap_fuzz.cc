@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

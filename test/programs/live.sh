@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test/programs/live.sh ROOT BUILD — a running process's statistics and heap profile
-# read from outside (core/heap_live.cc, tools/live.py), with no option and no code
+# read from outside (core/stats/live.cc, tools/live.py), with no option and no code
 # change: python3 (a real program, objects made through ctypes' malloc) under uslab
 # with prof=true; `uslab stats --pid` (table, JSON, Prometheus) checked against the
 # known objects, the table against the JSON, and everything against the process's

@@ -12,7 +12,7 @@
 #include "core/alloc/decay.h"
 #include "core/alloc/depot.h"
 #include "core/alloc/percpu_meta.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "core/platform/config.h"
 #include "test/unit/own_ticks.h"
 

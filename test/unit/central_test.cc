@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/synthetic.h"
 #include "test/unit/vm_flags.h"
 

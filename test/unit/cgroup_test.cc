@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

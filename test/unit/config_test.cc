@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/alloc/alloc.h"
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

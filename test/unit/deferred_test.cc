@@ -1,4 +1,4 @@
-// core/deferred.h: a reader holding back the objects deferred while it is inside,
+// core/deferred/deferred.h: a reader holding back the objects deferred while it is inside,
 // the barrier, and a reader/writer hand-off verified object by object (also under
 // the sanitizers). The grace periods themselves: grace_test.cc.
 #include <atomic>
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/held_section.h"
 
 using namespace uslab;

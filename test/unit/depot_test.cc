@@ -8,7 +8,7 @@
 
 #include "core/alloc/obj_cache.h"
 #include "core/alloc/percpu.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/own_ticks.h"
 #include "test/unit/synthetic.h"
 

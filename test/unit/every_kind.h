@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 inline void alloc_and_free_every_kind() {
   void* small = uslab::heap::alloc(100);

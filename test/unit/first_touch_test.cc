@@ -12,7 +12,7 @@
 
 #include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/own_ticks.h"
 
 using namespace uslab;

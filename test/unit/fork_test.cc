@@ -14,7 +14,7 @@
 
 #include "core/alloc/central.h"
 #include "core/alloc/page_heap.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "core/platform/lock_table.h"
 #include "test/unit/child.h"
 #include "test/unit/every_kind.h"

@@ -1,8 +1,8 @@
-// core/grace.h: read-side sections nest; a grace period waits for the readers that
+// core/deferred/grace.h: read-side sections nest; a grace period waits for the readers that
 // were inside when it began, and not for those that came later.
 #include <catch2/catch.hpp>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/held_section.h"
 
 using namespace uslab;

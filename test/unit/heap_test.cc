@@ -1,4 +1,4 @@
-// core/heap.h, the Heap facade: pointer ownership, every size, alignment, realloc,
+// core/heap/heap.h, the Heap facade: pointer ownership, every size, alignment, realloc,
 // zeroing, where free finds an object's class, cross-thread frees with content
 // verification, and the advice on uslab's own metadata. (Slabs: central_test.cc;
 // kept huge blocks: huge_cache_test.cc; the decay of the CPU sheaves:
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/own_ticks.h"
 #include "test/unit/pinned_cpu.h"
 #include "test/unit/vm_flags.h"

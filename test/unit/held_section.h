@@ -5,7 +5,7 @@
 #include <atomic>
 #include <thread>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 // A thread inside a read-side section from construction until release().
 class HeldSection {

@@ -13,7 +13,7 @@
 #include "core/alloc/obj_cache.h"
 #include "core/alloc/page_heap.h"
 #include "core/alloc/segment.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/child.h"
 #include "test/unit/every_kind.h"
 

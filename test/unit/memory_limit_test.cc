@@ -3,7 +3,7 @@
 // The limit's behaviour is tested through the preloaded library (stress/memory_limit.c).
 #include <catch2/catch.hpp>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/alloc/obj_cache.h"
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

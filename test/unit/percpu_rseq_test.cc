@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/alloc/percpu_meta.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/own_ticks.h"
 
 using namespace uslab;

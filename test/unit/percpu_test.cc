@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/alloc/percpu_meta.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/synthetic.h"
 
 using namespace uslab;

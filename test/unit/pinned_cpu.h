@@ -5,7 +5,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 // Pins the calling thread to one CPU of its set for its lifetime: one with a region
 // in the per-CPU mode, any in the per-thread mode (no regions: g_cpu_count is 0).

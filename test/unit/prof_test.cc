@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

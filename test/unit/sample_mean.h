@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 // Sets the sampling mean for the test; restores it (and so sampling's state) after.
 struct MeanGuard {

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/sample_mean.h"
 
 using namespace uslab;

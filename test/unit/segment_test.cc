@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/child.h"
 
 using namespace uslab;

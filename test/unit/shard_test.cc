@@ -14,7 +14,7 @@
 
 #include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/synthetic.h"
 
 using namespace uslab;

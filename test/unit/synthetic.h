@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 // hwloc's view of a synthetic machine (HWLOC_SYNTHETIC is read when hwloc loads).
 inline bool hwloc_synthetic(const char* description, uslab::Topology* t) {

@@ -8,7 +8,7 @@
 
 #include "core/alloc/decay.h"
 #include "core/alloc/thread_cache.h"
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/own_ticks.h"
 
 using namespace uslab;

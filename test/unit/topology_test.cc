@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/heap.h"
+#include "core/core.h"
 #include "test/unit/synthetic.h"
 
 using namespace uslab;

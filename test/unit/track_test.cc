@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/heap.h"
+#include "core/core.h"
 
 using namespace uslab;
 

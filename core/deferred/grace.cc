@@ -1,6 +1,6 @@
 // core/grace.cc — reader registration, grace-period scans and waits; see
 // grace.h for the protocol and why it is safe.
-#include "core/grace.h"
+#include "core/deferred/grace.h"
 
 #include <linux/membarrier.h>
 #include <pthread.h>

@@ -1,23 +1,15 @@
-// core/heap_parts.h — what the Heap facade's files (heap.cc, heap_bulk.cc,
-// heap_stats.cc, heap_report.cc, heap_stats_json.cc, heap_fork.cc) share; not for
-// preload/ or compat/.
-// Locking: the counters are relaxed atomics; the report's descriptor is set once, by
-// init() in the library's constructor.
+// core/stats/view.h — what the two reports (the table, table.cc; the JSON document,
+// json.cc) print per class and per cache, read once (numbers.cc); not for preload/
+// or compat/.
+// Locking: none; the counts are racy sums read without locks.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 
-#include "core/heap.h"
+#include "core/deferred/deferred.h"
+#include "core/stats/stats.h"
 
 namespace uslab::heap {
-
-// Huge blocks live and their bytes (alloc_large, free, realloc; read by stats()).
-extern std::atomic<size_t> g_huge_count;
-extern std::atomic<size_t> g_huge_bytes;
-// Where the report at exit goes: a duplicate of stderr taken at start when a report
-// was asked for, since programs may close stderr before exit (coreutils do).
-extern int g_report_fd;
 
 // One size class's row of the statistics (the table's columns, the JSON's fields).
 struct ClassRow {
@@ -45,7 +37,7 @@ struct CachedCounts {
   size_t total(unsigned c) const { return thread[c] + cpu[c].cpu_objects + depot[c].objects; }
 };
 
-// What both reports (the table, heap_report.cc; JSON, heap_stats_json.cc) print per
+// What both reports (the table, table.cc; JSON, json.cc) print per
 // class and per cache: the caches' counts read once, the rows made from them.
 class StatsView {
  public:

@@ -1,12 +1,15 @@
-// core/heap_bulk.cc — the Heap facade's bulk allocation and free (uslab_alloc_bulk,
+// core/heap/bulk.cc — the Heap facade's bulk allocation and free (uslab_alloc_bulk,
 // uslab_free_bulk) and object caches' entry points: objects move between the CPU
 // sheaf, the depots and the slabs in whole batches. Bulks too small for a batch
 // (heap.h's inline alloc_bulk/free_bulk and cache_*_bulk) take the single-object
 // paths instead, here in alloc_bulk_few and free_bulk_few.
 // Locking: none of its own; see heap.h and the allocator layer.
-#include "core/heap.h"
+#include "core/heap/heap.h"
 
 #include <cerrno>
+
+#include "core/guard/guard.h"
+#include "core/prof/prof.h"
 
 namespace uslab::heap {
 

@@ -1,4 +1,4 @@
-// core/heap_live.cc — the live statistics region: a running process's statistics
+// core/stats/live.cc — the live statistics region: a running process's statistics
 // (the table and the JSON document of uslab_stats_print and uslab_stats_json) and,
 // with prof=true, its heap profile, for a reader outside the process (`uslab stats
 // --pid`, `uslab top`, `uslab prof --pid`): no restart, no option, no code change.
@@ -32,8 +32,8 @@
 #include <cstddef>
 #include <cstring>
 
-#include "core/heap.h"
 #include "core/prof/prof.h"
+#include "core/stats/stats.h"
 #include "include/uslab.h"  // USLAB_VERSION
 
 namespace uslab::heap {

@@ -1,4 +1,4 @@
-// core/foreign.h — pointers uslab did not hand out, reaching free, realloc or
+// core/foreign/foreign.h — pointers uslab did not hand out, reaching free, realloc or
 // malloc_usable_size legitimately: blocks of glibc's malloc, which a library opened
 // with RTLD_DEEPBIND calls (its references bind to libc first), or which some
 // launchers make before a preload takes over.
@@ -12,7 +12,7 @@
 // or freed object there is still reported and aborts.
 //
 // Whether a pointer looks like glibc's is the owns hook's answer (the library's
-// constructor passes compat/glibc_chunk.h's, which reads glibc's chunk layout).
+// constructor passes glibc_chunk.h's, which reads glibc's chunk layout).
 //
 // Locking: none; the hooks are set once before threads exist, the counter is atomic.
 #pragma once

@@ -1,13 +1,17 @@
-// core/heap_stats_json.cc — the statistics as one JSON document (uslab_stats_json,
+// core/stats/json.cc — the statistics as one JSON document (uslab_stats_json,
 // uslab_stats_print_json, malloc_stats_print with "J", USLAB_STATS=json at exit):
-// the same numbers as the table of heap_report.cc, read through the same StatsView,
+// the same numbers as the table of table.cc, read through the same StatsView,
 // in the schema docs/STATS.md documents ("schema": 1; fields are only ever added).
 // Allocates nothing: the document goes out through the caller's callback in pieces.
 // Locking: none of its own; the sums are racy, as the table's.
 #include <sys/syscall.h>
 
-#include "core/heap.h"
-#include "core/heap_parts.h"
+#include "core/deferred/deferred.h"
+#include "core/foreign/foreign.h"
+#include "core/guard/guard.h"
+#include "core/prof/prof.h"
+#include "core/stats/stats.h"
+#include "core/stats/view.h"
 #include "include/uslab.h"  // USLAB_VERSION
 
 namespace uslab::heap {

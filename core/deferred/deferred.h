@@ -1,5 +1,5 @@
-// core/deferred.h — deferred frees (uslab_free_deferred): objects freed only after
-// a grace period (core/grace.h), batched in page-sized blocks of pointers and
+// core/deferred/deferred.h — deferred frees (uslab_free_deferred): objects freed only after
+// a grace period (grace.h), batched in page-sized blocks of pointers and
 // given back with the bulk free, as the kernel's kfree_rcu does.
 //
 // Owns: the per-CPU deferred sheaves' miss path (the sheaf itself is slot
@@ -29,7 +29,7 @@
 #include <cstdint>
 
 #include "core/alloc/alloc.h"
-#include "core/grace.h"
+#include "core/deferred/grace.h"
 #include "core/guard/guard.h"
 
 namespace uslab::heap {

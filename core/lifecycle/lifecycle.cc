@@ -1,9 +1,26 @@
-// core/heap_fork.cc — fork: the pthread_atfork handlers that take every lock of the
-// lock table before a fork and release (parent) or reset (child) them after.
+// core/lifecycle/lifecycle.cc — the library's start, and fork: the pthread_atfork
+// handlers that take every lock of the lock table before a fork and release
+// (parent) or reset (child) them after.
 // Locking: every registered lock, in rank order (core/platform/lock_table.h).
-#include "core/heap.h"
+#include "core/lifecycle/lifecycle.h"
+
+#include "core/deferred/deferred.h"
+#include "core/guard/guard.h"
+#include "core/prof/prof.h"
+#include "core/stats/stats.h"
 
 namespace uslab::heap {
+
+USLAB_STARTUP_TEXT void init() {
+  config_init();
+  // hwloc allocates: only from here, the constructor, never inside an allocation.
+  if (topology_adopt_hwloc()) percpu_nodes_changed();
+  stats_report_init();
+  live_init();  // before the thread can start: it makes the region
+  background_init();
+  prof::init();
+  guard::init();
+}
 
 // fork takes every lock of the lock table (core/platform/lock_table.h) in rank order,
 // unless the forking thread holds or is taking one (t_locks_held: fork from a signal

@@ -1,6 +1,6 @@
 // core/deferred.cc — deferred frees: sealing blocks, the queue, polls, the
 // barrier, the background thread. See deferred.h for the flow and the locking.
-#include "core/deferred.h"
+#include "core/deferred/deferred.h"
 
 #include <sched.h>
 
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/heap/heap.h"
 
 namespace uslab::heap {
 
@@ -472,7 +472,7 @@ DeferredStats deferred_stats(size_t* per_class) {
   return st;
 }
 
-// Fork's prepare handler runs this with every lock held (heap_fork.cc's walk, which
+// Fork's prepare handler runs this with every lock held (lifecycle.cc's walk, which
 // the analysis does not follow); the child, as its only thread.
 void deferred_fork_prepare() USLAB_NO_THREAD_SAFETY_ANALYSIS {
   fork_poller_is_me_ = poller_ == current_tid();

@@ -1,13 +1,13 @@
-// compat/glibc_chunk.cc — glibc's chunk layout (glibc_chunk.h). Locking: none.
-#include "compat/glibc_chunk.h"
+// core/foreign/glibc_chunk.cc — glibc's chunk layout (glibc_chunk.h). Locking: none.
+#include "core/foreign/glibc_chunk.h"
 
 #include <sys/syscall.h>
 
 #include <cstdint>
 
-#include "core/heap.h"
+#include "core/platform/platform.h"
 
-namespace uslab::compat {
+namespace uslab::foreign {
 
 namespace {
 
@@ -46,4 +46,4 @@ bool is_glibc_block(const void* p) {
   return g_initial_break && a - 16 >= g_initial_break && a - 16 + size <= brk;
 }
 
-}  // namespace uslab::compat
+}  // namespace uslab::foreign

@@ -1,29 +1,30 @@
-// core/heap.h — the Heap facade: the one header preload/ and compat/ include.
+// core/heap/heap.h — the Heap facade: malloc's family on top of the allocator layer.
 //
 // Layering (snmalloc-style include rule; each layer includes only the ones below it,
-// each through its umbrella header):
+// each through its umbrella header; test/layers/check.py holds the ranks):
 //   core/platform/platform.h   raw syscalls, Mutex, configuration, rseq, the
 //                              topology providers (probe, hwloc), the cgroup's
 //                              memory limit, the helper thread's start, USDT probes
 //   core/ds/ds.h               heap geometry, size classes, intrusive lists
 //   core/alloc/alloc.h         shards and nodes, segments, page heap, central lists,
-//                              depots, per-CPU sheaves, thread caches, object caches,
-//                              the decay tick, the background thread, the memory limit,
-//                              the heap profiler's sampling schedule
-//   core/heap.h                this facade (with core/deferred.h, the deferred frees
-//                              built on it, and core/prof/prof.h, the heap profiler:
-//                              its records, stacks and files)
+//                              depots, the front end (per-CPU sheaves, thread caches),
+//                              object caches, the decay tick, the background thread,
+//                              the memory limit, the heap profiler's sampling schedule
+//   the heap layer's floors    core/prof, core/guard, core/foreign below this facade;
+//                              core/deferred, core/stats, core/lifecycle above it
+//   core/core.h                what preload/ and compat/ include
 //
-// Owns: the malloc-family semantics on top of the allocator layer — small objects
-// through the per-CPU sheaves or the thread caches, bulk allocation and the object
-// caches' entry points, large ones from the page heap, huge ones in their own
-// segments; aligned allocation; realloc in place; validation of every pointer handed
-// back (foreign, interior, double frees are reported); fork handling; trim; stats.
+// Owns: the malloc-family semantics — small objects through the front end
+// (core/alloc/front.h), bulk allocation and the object caches' entry points, large
+// ones from the page heap, huge ones in their own segments; aligned allocation;
+// realloc in place; validation of every pointer handed back (foreign, interior,
+// double frees are reported); trim; the decay and background settings.
 //
 // Locking: the fast paths below take no lock and use no atomic instruction. Slow
 // paths take the locks of the layer below in its documented order.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -49,29 +50,6 @@ size_t resize_in_place(void* p, size_t size);
 // it could not be had).
 size_t usable_size_for(size_t size, size_t align);
 
-// The front end is chosen once, at the first allocation: per-CPU sheaves (rseq)
-// or per-thread caches; until then g_percpu is false and the thread cache's slow
-// path makes the choice.
-//
-// Both forms of the per-CPU sections (percpu_rseq.h) are inlined into the entry
-// points programs call most: malloc, free, operator new and delete (Hot = true).
-// Elsewhere the base form, Intel's, is reached by a jump, to keep the section
-// descriptors the loader relocates at start-up within one page (percpu.h). On the
-// Intel VM the jump cost N x free 1.5-1.9 cycles an object (12.8 -> 11.3 at 16 B)
-// and the pair 1.5-2.2 (16.2 -> 14.7).
-//
-// An object of class cls from this CPU's sheaf or this thread's cache, not yet the
-// program's (track.h: the profiler's hook takes one to hand out itself).
-template <bool Hot = false>
-inline void* take_object(unsigned cls) {
-  if (__builtin_expect(holds_index_form(g_percpu), 1)) return percpu_alloc_as<false>(cls);
-  if constexpr (Hot) {
-    if (__builtin_expect(g_percpu != 0, 1)) return percpu_alloc_as<true>(cls);  // kSheafBase
-  } else {
-    if (g_percpu) return percpu_alloc_base(cls);
-  }
-  return thread_cache_alloc(cls);
-}
 // p (class cls, or null) handed to the program: a cache's objects are constructed.
 inline void* handed_out(void* p, unsigned cls) {
   track_alloc(p, class_size(cls), cls >= kFirstCacheClass);
@@ -97,24 +75,6 @@ inline Span* slab_of(const void* p, uintptr_t e) {
   Span* s = PageMap::span_of(e);
   if (__builtin_expect(!s->is_object(p), 0)) return nullptr;
   return s;
-}
-
-// Push a validated object of any class onto this CPU's sheaf (or its remote-node
-// buffer, with several NUMA nodes) or this thread's cache. From here on the
-// sanitizer sees it as freed (track.h).
-// Hot: see take_object.
-template <bool Hot = false>
-inline void free_object(void* p, unsigned cls) {
-  track_free(p, class_size(cls));
-  if (__builtin_expect(holds_index_form(g_percpu_one_node), 1))
-    return percpu_free_as<false>(p, cls);
-  if constexpr (Hot) {
-    if (__builtin_expect(g_percpu_one_node != 0, 1)) return percpu_free_as<true>(p, cls);
-  } else {
-    if (g_percpu_one_node) return percpu_free_base(p, cls);
-  }
-  if (g_percpu) return percpu_free_nodes(p, cls);
-  return thread_cache_free(p, cls);
 }
 
 // Whether two classes are equal, tested where the compiler cannot see it: after
@@ -236,82 +196,17 @@ void set_background(bool on);
 // Flush the calling thread's cache (per-thread mode; nothing to do per CPU).
 void flush_thread_cache();
 
-struct Stats {
-  size_t mapped;    // segment bytes mapped
-  size_t metadata;  // descriptor and cache bytes mapped (less descriptor pages purged),
-                    // the shards' arrays made resident, the CPUs' header pages
-  size_t small_slab_bytes;
-  size_t small_allocated;  // bytes in live small objects (approximate while running)
-  size_t large_allocated;  // bytes in live large spans
-  size_t huge_count;
-  size_t huge_allocated;
-  size_t free_bytes;     // in free spans
-  size_t dirty_bytes;    // free but still resident
-  size_t purged_bytes;   // returned to the OS so far
-  size_t huge_segments;  // segments advised to use transparent huge pages
-  size_t thp_splits;     // times a return took a segment off them (cumulative)
-  size_t thp_collapses;  // segments collapsed into them (MADV_COLLAPSE, cumulative)
-  size_t thp_kept_bytes;  // free pages the decay clock left inside them (last purge)
-  size_t thread_caches;
-  size_t cpu_cached;     // bytes in per-CPU sheaves
-  size_t depot_cached;   // bytes in depot sheaves
-  size_t thread_cached;  // bytes in thread caches
-  // Derived totals (what jemalloc's stats.* and uslab_stats_get report):
-  size_t allocated;            // small + large + huge live bytes
-  size_t active;               // slabs, large spans and huge objects holding them
-  size_t resident;             // mapped minus purged free pages, plus metadata (estimate)
-  unsigned nodes;              // NUMA nodes of the topology in use
-  uint64_t remote_node_frees;  // objects flushed to their node from CPUs of other nodes
-  size_t remote_node_pending;  // objects waiting in the CPUs' remote-node buffers
-  unsigned background;         // USLAB_BACKGROUND_* (uslab.h)
-  size_t cached() const { return cpu_cached + depot_cached + thread_cached; }
-};
-Stats stats();
-// The fast-path mode (0 per-thread, 1 per-CPU via glibc's rseq, 2 via uslab's) and
-// the number of CPUs whose sheaves are in use.
-int mode();
-unsigned cpus_in_use();
-
-// Writes the slabinfo-style table through `write` (no allocation). `smaps`: the
-// process's bytes in huge pages read from smaps_rollup (the kernel walks every
-// mapping: the live snapshots leave it to their reader).
-void stats_print(void (*write)(void* opaque, const char* text), void* opaque, bool smaps = true);
-// The same numbers as one JSON document (docs/STATS.md; no allocation).
-void stats_print_json(void (*write)(void* opaque, const char* text), void* opaque,
-                      bool smaps = true);
-// The table, or the JSON document with USLAB_STATS=json, on the report descriptor.
-void stats_print_stderr();
-// What the topology providers see and what uslab uses (uslab_topology_print, `uslab
-// topology`). Loads hwloc: not for use inside an allocation.
-void topology_print(void (*write)(void* opaque, const char* text), void* opaque);
-
-// Reads the configuration and, when a report at exit is asked for, keeps a duplicate
-// of stderr for it (called once from the library's constructor).
-void init();
-// Whether USLAB_STATS / stats=1 (or =json) asked for a report at exit.
-bool stats_at_exit();
-
 // The system page (valloc/pvalloc alignment), and uslab's own (large objects are
 // whole pages of it).
 inline size_t system_page() { return os::page_size(); }
 constexpr size_t kPage = kPageSize;
 
+// Huge blocks live and their bytes (alloc_large, free, realloc; read by stats()).
+extern std::atomic<size_t> g_huge_count;
+extern std::atomic<size_t> g_huge_bytes;
+
 // Prints a message on stderr and aborts; allocates nothing.
 [[noreturn]] void die(const char* message);
 
-// pthread_atfork handlers.
-void fork_prepare();
-void fork_parent();
-void fork_child();
-
-// The live statistics (heap_live.cc): their hooks set in the constructor; their
-// region reset in a forked child.
-void live_init();
-void live_fork_child();
-
 }  // namespace uslab::heap
 
-#include "core/deferred.h"
-#include "core/prof/prof.h"
-#include "core/guard/guard.h"
-#include "core/foreign.h"

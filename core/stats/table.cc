@@ -1,11 +1,16 @@
-// core/heap_report.cc — the Heap facade's printed reports: the slabinfo-style table
+// core/stats/table.cc — the printed reports: the slabinfo-style table
 // (uslab_stats_print, malloc_stats, USLAB_STATS=1 at exit on the duplicate of stderr
-// init() keeps) and what the topology providers see (uslab_topology_print).
+// stats_report_init keeps) and what the topology providers see (uslab_topology_print).
 // Locking: topology printing has its own lock (kTopologyPrint: hwloc, which it may
-// load, allocates); the table reads the racy sums of heap_stats.cc without locks.
-#include "core/heap.h"
+// load, allocates); the table reads the racy sums of numbers.cc without locks; the
+// report's descriptor is set once, in the library's constructor.
+#include "core/stats/stats.h"
 
-#include "core/heap_parts.h"
+#include "core/deferred/deferred.h"
+#include "core/foreign/foreign.h"
+#include "core/guard/guard.h"
+#include "core/prof/prof.h"
+#include "core/stats/view.h"
 
 namespace uslab::heap {
 
@@ -202,7 +207,20 @@ void topology_print(void (*write)(void*, const char*), void* opaque) {
   write(opaque, text);
 }
 
+namespace {
+
+// Where the report at exit goes: a duplicate of stderr taken at start when a report
+// was asked for, since programs may close stderr before exit (coreutils do).
 int g_report_fd = 2;
+
+}  // namespace
+
+USLAB_STARTUP_TEXT void stats_report_init() {
+  if (g_config.stats_at_exit && g_report_fd == 2) {
+    int fd = os::dup_high(2);
+    if (fd >= 0) g_report_fd = fd;
+  }
+}
 
 void stats_print_stderr() {
   auto to_fd = [](void*, const char* t) {

@@ -1,10 +1,10 @@
-// core/heap_stats.cc — the Heap facade's statistics: the totals (uslab_stats_get,
+// core/stats/numbers.cc — the heap's statistics: the totals (uslab_stats_get,
 // mallctl's stats.*) and the per-class and per-cache rows both reports print
-// (StatsView: heap_report.cc's table, heap_stats_json.cc's JSON).
+// (StatsView: table.cc's table, json.cc's JSON).
 // Locking: none of its own; the statistics are racy sums read without locks.
-#include "core/heap.h"
+#include "core/stats/stats.h"
 
-#include "core/heap_parts.h"
+#include "core/stats/view.h"
 
 namespace uslab::heap {
 

@@ -1,19 +1,17 @@
-// core/heap.cc — slow paths of the Heap facade: large and huge objects, aligned
+// core/heap/heap.cc — slow paths of the Heap facade: large and huge objects, aligned
 // and zeroed allocation, realloc, pointer validation (pointers with no uslab span go
-// to core/foreign.h), the heap profiler's marks on sampled spans (core/prof), trim,
-// the decay and background settings, and the library's start. Bulk allocation and
-// object caches: heap_bulk.cc; statistics: heap_stats.cc; reports: heap_report.cc
-// and heap_stats_json.cc; fork: heap_fork.cc.
+// to core/foreign/), the heap profiler's marks on sampled spans (core/prof), trim,
+// the decay and background settings. Bulk allocation and object caches: bulk.cc;
+// statistics: core/stats/; the library's start and fork: core/lifecycle/.
 // Locking: none of its own; see heap.h and the allocator layer.
-#include "core/heap.h"
+#include "core/heap/heap.h"
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include "core/alloc/first_touch.h"
-#include "core/foreign.h"
-#include "core/heap_parts.h"
+#include "core/foreign/foreign.h"
+#include "core/guard/guard.h"
 #include "core/prof/prof.h"
 
 namespace uslab::heap {
@@ -374,20 +372,6 @@ bool background_configured() {
 }
 
 void set_background(bool on) { background_enable(on); }
-
-USLAB_STARTUP_TEXT void init() {
-  config_init();
-  // hwloc allocates: only from here, the constructor, never inside an allocation.
-  if (topology_adopt_hwloc()) percpu_nodes_changed();
-  if (g_config.stats_at_exit && g_report_fd == 2) {
-    int fd = os::dup_high(2);
-    if (fd >= 0) g_report_fd = fd;
-  }
-  live_init();  // before the thread can start: it makes the region
-  background_init();
-  prof::init();
-  guard::init();
-}
 
 void die(const char* message) { os::fatal("uslab: %s\n", message); }
 }  // namespace uslab::heap

@@ -1,11 +1,11 @@
 // core/foreign.cc — pointers from glibc's malloc (foreign.h). Locking: none; see
 // foreign.h.
-#include "core/foreign.h"
+#include "core/foreign/foreign.h"
 
 #include <atomic>
 #include <cstdint>
 
-#include "core/heap.h"
+#include "core/alloc/alloc.h"
 
 namespace uslab::foreign {
 

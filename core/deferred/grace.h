@@ -1,4 +1,4 @@
-// core/grace.h — grace periods: read-side sections and the counter that tells
+// core/deferred/grace.h — grace periods: read-side sections and the counter that tells
 // when every reader that might still see a retired object has left (RCU-style,
 // liburcu's membarrier flavour).
 //

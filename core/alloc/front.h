@@ -1,0 +1,52 @@
+// core/alloc/front.h — the front end: which cache serves the calling thread's
+// objects, this CPU's sheaves (percpu.h) or this thread's cache (thread_cache.h).
+//
+// Owns: the dispatch every small allocation and free of the heap layer goes through
+// (take_object, free_object). The choice itself is made once, at the process's first
+// allocation (percpu_decide, from the thread cache's first slow path): until then
+// g_percpu is false and the thread caches serve.
+//
+// Both forms of the per-CPU sections (percpu_rseq.h) are inlined into the entry
+// points programs call most: malloc, free, operator new and delete (Hot = true).
+// Elsewhere the base form is reached by a jump, to keep the section descriptors the
+// loader relocates at start-up within one page (percpu.h).
+//
+// Locking: none; what the two front ends say of theirs.
+#pragma once
+
+#include "core/alloc/percpu.h"
+#include "core/alloc/thread_cache.h"
+
+namespace uslab {
+
+// An object of class cls from this CPU's sheaf or this thread's cache, not yet the
+// program's (track.h: the profiler's hook takes one to hand out itself).
+template <bool Hot = false>
+inline void* take_object(unsigned cls) {
+  if (__builtin_expect(holds_index_form(g_percpu), 1)) return percpu_alloc_as<false>(cls);
+  if constexpr (Hot) {
+    if (__builtin_expect(g_percpu != 0, 1)) return percpu_alloc_as<true>(cls);  // kSheafBase
+  } else {
+    if (g_percpu) return percpu_alloc_base(cls);
+  }
+  return thread_cache_alloc(cls);
+}
+
+// Push a validated object of any class onto this CPU's sheaf (or its remote-node
+// buffer, with several NUMA nodes) or this thread's cache. From here on the
+// sanitizer sees it as freed (track.h). Hot: see take_object.
+template <bool Hot = false>
+inline void free_object(void* p, unsigned cls) {
+  track_free(p, class_size(cls));
+  if (__builtin_expect(holds_index_form(g_percpu_one_node), 1))
+    return percpu_free_as<false>(p, cls);
+  if constexpr (Hot) {
+    if (__builtin_expect(g_percpu_one_node != 0, 1)) return percpu_free_as<true>(p, cls);
+  } else {
+    if (g_percpu_one_node) return percpu_free_base(p, cls);
+  }
+  if (g_percpu) return percpu_free_nodes(p, cls);
+  return thread_cache_free(p, cls);
+}
+
+}  // namespace uslab
