@@ -52,6 +52,7 @@ void Depot::asked() {
 }
 
 size_t Depot::take(unsigned cls, void** out, size_t n, size_t slab_n) {
+  USLAB_DCHECK(slab_n >= 1 && slab_n <= n);
   asked();
   if (!has_full()) return g_central[shard()][cls].alloc_batch(cls, out, slab_n);  // depot.h
   size_t got = 0;
@@ -77,11 +78,13 @@ size_t Depot::take(unsigned cls, void** out, size_t n, size_t slab_n) {
     s->next = empty_;
     empty_ = s;
   }
+  USLAB_DCHECK(counts_balance());
   lock_.unlock();
   return got ? got : g_central[shard()][cls].alloc_batch(cls, out, slab_n);
 }
 
 void Depot::give(unsigned cls, void* const* objs, size_t n, bool remote, size_t sheaf_n) {
+  USLAB_DCHECK(sheaf_n >= 1 && sheaf_n <= kMaxBatch);
   if (n == 0) return;
   // A class the shard stopped allocating: everything to the slabs (depot.h).
   if (stale()) {
@@ -114,11 +117,22 @@ void Depot::give(unsigned cls, void* const* objs, size_t n, bool remote, size_t 
     objects_ += k;
     done += k;
   }
+  USLAB_DCHECK(counts_balance());
   lock_.unlock();
   if (done < n) central_free(cls, objs + done, n - done);
 }
 
 void Depot::flush(unsigned cls) { release(cls, ~uint32_t{0}); }
+
+bool Depot::counts_balance() const {
+  size_t sheaves = 0, objects = 0;
+  for (const Sheaf* s = full_; s; s = s->next) {
+    if (s->count == 0 || s->count > kMaxBatch) return false;
+    sheaves++;
+    objects += s->count;
+  }
+  return sheaves == nfull_ && objects == objects_;
+}
 
 void Depot::decay(unsigned cls) {
   lock_.lock();

@@ -61,13 +61,13 @@ struct DepotStats {
 // Cache-line aligned: neighbouring classes and shards are locked by different CPUs.
 class alignas(64) Depot {
  public:
-  // Up to n (≤ kMaxRefill) objects into out: whole sheaves while they fit, under one
-  // lock, or part of one when the first holds more than n; from the slabs, when no
-  // full sheaf waits, up to slab_n (≤ n) of them. 0 only when memory cannot be had.
+  // Up to n objects into out: whole sheaves while they fit, under one lock, or part
+  // of one when the first holds more than n; from the slabs, when no full sheaf
+  // waits, up to slab_n (1 ≤ slab_n ≤ n) of them. 0 only when memory cannot be had.
   size_t take(unsigned cls, void** out, size_t n, size_t slab_n);
   size_t take(unsigned cls, void** out, size_t n) { return take(cls, out, n, n); }
-  // n (≤ kMaxRefill) objects of class cls back, as full sheaves of up to sheaf_n
-  // (≤ kMaxBatch) while there is room (one lock), the rest to the slabs; `remote` when
+  // n objects of class cls back, as full sheaves of up to sheaf_n (1 to kMaxBatch)
+  // while there is room (one lock), the rest to the slabs; `remote` when
   // they come from a CPU of another shard (counted). (Callers use depot_give, which
   // picks the owners' depots.)
   void give(unsigned cls, void* const* objs, size_t n, bool remote, size_t sheaf_n = kMaxBatch);
@@ -94,6 +94,9 @@ class alignas(64) Depot {
   // Up to `sheaves` full sheaves back to the slabs.
   void release(unsigned cls, uint32_t sheaves);
   unsigned shard() const;
+  // Whether the full sheaves hold what nfull_ and objects_ say, each 1 to kMaxBatch
+  // objects (a walk: debug checks only).
+  bool counts_balance() const USLAB_REQUIRES(lock_);
 
   Mutex lock_;
   Sheaf* full_ USLAB_GUARDED_BY(lock_) = nullptr;

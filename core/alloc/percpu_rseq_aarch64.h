@@ -180,6 +180,7 @@ static_assert(kHitsOffset % 2 == 0 && kHitsOffset < 4096, "an ldrh/strh offset")
 
 // Pops up to n (≥ 1) objects from the top of cpu's sheaf into out[0..k).
 inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
+  USLAB_DCHECK(n >= 1);
   long k;
   __asm__ volatile(USLAB_RSEQ_OPEN_RETRY
                    USLAB_RSEQ_ON_CPU_OR_EXIT
@@ -205,6 +206,7 @@ inline long percpu_pop_batch(uint32_t cpu, unsigned cls, void** out, size_t n) {
 
 // Pushes the last k of src[0..n) (n ≥ 1) onto cpu's sheaf, as many as fit.
 inline long percpu_push_batch(uint32_t cpu, unsigned cls, void* const* src, size_t n) {
+  USLAB_DCHECK(n >= 1);
   long k;
   sheaf_release(src, n);
   __asm__ volatile(USLAB_RSEQ_OPEN_RETRY

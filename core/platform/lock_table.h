@@ -39,7 +39,7 @@
 //   kCpu               percpu_meta.h CpuMeta::lock, one per CPU — its sheaf
 //                      capacities, statistics and idle marks
 //   kDepot             depot.h Depot::lock_, one per shard and class — its sheaves
-//   kCentral           central.h Central::lock_, one per shard and class — its
+//   kCentral           central.h CentralList::lock_, one per shard and class — its
 //                      partial and empty slabs
 //   kHugeCache         huge_cache.cc lock_ — freed huge blocks kept for reuse
 //   kPageHeap          page_heap.h PageHeap::lock_, one per shard — its free spans,

@@ -4,11 +4,13 @@
 // machine of two is adopted where this one has one, test/unit/synthetic.h).
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <csignal>
 #include <vector>
 
 #include "core/alloc/obj_cache.h"
 #include "core/alloc/percpu.h"
 #include "core/core.h"
+#include "test/unit/child.h"
 #include "test/unit/own_ticks.h"
 #include "test/unit/synthetic.h"
 
@@ -320,3 +322,28 @@ TEST_CASE("a class one shard carved drains to that shard's depot; a second owner
   CHECK(g_central_class_shards[cls].load() == 0);
   obj_cache_destroy(again);
 }
+
+#if USLAB_DEBUG_CHECKS
+TEST_CASE("debug checks: a batch move of no object, or a sheaf or slab take out of bounds, aborts") {
+  const unsigned cls = size_to_class(72);
+  auto dies = [](auto body) {
+    return in_child(fork, [&] {
+      signal(SIGABRT, SIG_DFL);  // not Catch2's handler, which reports a failure here
+      body();
+      return 0;
+    });
+  };
+  void* one[1];
+  CHECK(dies([&] { percpu_pop_batch(0, cls, one, 0); }) == -SIGABRT);
+  CHECK(dies([&] { percpu_push_batch(0, cls, one, 0); }) == -SIGABRT);
+  CHECK(dies([&] { g_depot[0][cls].give(cls, one, 1, false, 0); }) == -SIGABRT);
+  CHECK(dies([&] { g_depot[0][cls].take(cls, one, 1, 2); }) == -SIGABRT);
+  // The same calls within their bounds go on.
+  std::vector<void*> objs = from_slabs(cls, 2);
+  CHECK(dies([&] {
+          g_depot[0][cls].give(cls, objs.data(), 2, false, 1);
+          g_depot[0][cls].take(cls, objs.data(), 2, 1);
+        }) == 0);
+  central_free(cls, objs.data(), 2);
+}
+#endif
