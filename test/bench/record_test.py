@@ -36,7 +36,7 @@ old threads and rss
 
 old bulk
 
-## 16 CPUs (session 18)
+## 16 CPUs (2026-11-26)
 
 ### micro
 

@@ -5,7 +5,7 @@
  * times with LIB preloaded and 20 times with FLOOR, an empty library, and compares
  * the fewest faults of a run (minor + major, from wait4's rusage: exact, where a
  * timing on a shared machine is not). LIB may take at most kMaxExtra more than
- * FLOOR: 4-5 today; 9 with the layout before session 17 (the start-up code in two
+ * FLOOR: 4-5 today; 9 with the earlier layout (the start-up code in two
  * 64 KiB windows of the text, a window of .rodata read for a few names, small
  * globals over three .bss pages). One to spare for a kernel that does not align the
  * library to 2 MiB, where the start-up code can straddle two windows. Both libraries

@@ -1,5 +1,5 @@
 /* test/stress/idle_return.c — memory freed after a peak goes back to the OS within
- * decay_ms whatever the program does next (issue 21's promise).
+ * decay_ms whatever the program does next.
  *
  * A single-threaded program allocates a peak of ~64 MB of small objects (16–512 B,
  * all written), frees them in an order unrelated to allocation, then for up to
