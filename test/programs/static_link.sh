@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test/programs/static_link.sh SRC BUILD — static binaries linked with the installed
-# libuslab.a, by the link lines the README gives: `pkg-config --static uslab`, and
+# libuslab.a, by the link lines docs/PLATFORMS.md gives: `pkg-config --static uslab`, and
 # -Wl,--whole-archive -luslab -Wl,--no-whole-archive. Built from the project's own
 # tests with USLAB_TEST_STATIC (test/common/check.h): the C API conformance test,
 # the C++ operator test, the threads stress test under a signal storm, memory coming
