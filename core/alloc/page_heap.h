@@ -2,14 +2,13 @@
 //
 // Owns: one PageHeap per shard (shard.h), each with its own normal segments
 // (Segment::heap) and Span descriptors: a shard's new slabs and large objects come
-// from its heap, and a span goes back to the heap of its segment from any CPU. (One
-// heap for all CPUs made every slab carve and release of every CPU take one lock:
-// on 16 CPUs, half of the seed concurrent test's time went to waiting for it.)
+// from its heap, and a span goes back to the heap of its segment from any CPU (one
+// heap for all CPUs made every slab carve and release of every CPU wait on one lock).
 // Each heap keeps the free spans of its segments in free lists by length
 // (one list per length a segment can hold, 1 … 511 pages, with a bitmap of the
-// non-empty ones: the shortest span that fits is found in a few words; a best-fit
-// scan of one list of longer spans cost 4500 cycles a call once 1 GB had been
-// freed into whole free segments), one set for resident spans, taken first, and one
+// non-empty ones: the shortest span that fits is found in a few words, where a
+// best-fit scan of one list grows with what was freed), one set for resident spans,
+// taken first, and one
 // for clean ones; coalescing of a freed span with its free neighbours of the same
 // state in the same segment; the decay clock that returns free pages to the OS
 // (MADV_DONTNEED) once they have been free for decay_purge_age_ms (decay.h: a few
@@ -18,7 +17,7 @@
 // (paged_pool.h) left empty. A heap that must map a segment while it holds more
 // dirty free pages than its allowance (kDirtyShare) purges the ones too short for
 // the request first: holes between live slabs that the request shows it cannot use
-// (the fragmentation workload's peak RSS: 237 -> 227 MiB); so do the heaps it asked
+// (they would stay resident beside the new segment); so do the heaps it asked
 // for a span in vain, down to a segment's worth. A heap borrows a span from heaps of
 // its own node before it maps a segment, and from any heap when no segment can be
 // mapped (RLIMIT_AS): another node's memory beats ENOMEM.
@@ -46,9 +45,9 @@
 // (not the span's own: the program may never touch all of it). The background thread
 // collapses them when it wakes once they have stayed queued a whole tick, and an
 // explicit decay call (arena.<i>.decay) at once; never a malloc: MADV_COLLAPSE takes
-// 1-9 ms for 2 MiB (copy, compaction, the mmap lock), a stall no allocation should
-// pay (rptest ran 1.3x slower with THP on while one did), and a heap that fills and
-// empties within a tick (freed, purged and split again) gains nothing from it.
+// milliseconds for 2 MiB (copy, compaction, the mmap lock), a stall no allocation
+// should pay, and a heap that fills and empties within a tick (freed, purged and
+// split again) gains nothing from it.
 // Without the background thread khugepaged collapses the advised segments at its own
 // pace. A segment being collapsed is marked so that no purge unmaps it meanwhile, and
 // a purge of an advised segment drops it from the queue. That measure also sets
@@ -59,10 +58,9 @@
 // (their pages then fault in 2 MiB at a time), except every kThpProbeEvery-th, left
 // unadvised to measure again, and except segments made for a span of
 // kThpEagerMaxPages or more, which do not tile a segment's 511 pages (three 1 MiB
-// blocks leave 127 pages that a huge page made resident: db_bench 99 MiB, 91 without).
-// One state for both advised 28-84 MiB of segments at map time for `bench drift`'s
-// objects of 2-8 KiB, written only at their start, on the strength of measures of its
-// 256 B-2 KiB objects, written whole (peak 272-281 MiB, 263 without).
+// blocks leave 127 pages that a huge page would make resident). The state is kept per
+// ObjectSize because one state for both advised segments for objects written only
+// at their start on the strength of measures of smaller objects written whole.
 // A purge in an advised segment first advises it MADV_NOHUGEPAGE: the returned pages
 // split off their huge page, and khugepaged (which with max_ptes_none = 511 collapses a
 // range holding a single page) cannot fill the range back to 2 MiB: that refill is the
@@ -73,9 +71,9 @@
 // time, each time a hole stayed free for decay_ms. Only when memory is short do they
 // go: a trim (malloc_trim, arena.<i>.purge) or the memory limit; and once the segment
 // is sparser, at the next purge. A heap that must grow past its dirty allowance
-// (purge_short) leaves them too: `bench thp`'s churning heap, which grows while its
-// holes wait, kept 8-20 MiB of its 244 MiB in huge pages when growth took them, and
-// read 12% slower. Under the "always" setting, every segment not advised huge is advised
+// (purge_short) leaves them too: a churning heap that grows while its holes wait
+// lost its huge pages, and its speed with them, when growth took them. Under the
+// "always" setting, every segment not advised huge is advised
 // MADV_NOHUGEPAGE when it is made, for the same reason (and so that the measure sees
 // 4 KiB faults). Segments are advised whole: one VMA per segment at most.
 //
@@ -160,8 +158,8 @@ class alignas(64) PageHeap {
   // share of it is free (above).
   static constexpr size_t kThpKeepFreeShare = 8;
   // Dirty free pages a heap keeps when it must grow: a segment's worth, or 1/128 of
-  // its pages in use. With 1/8 (jemalloc 3's lg_dirty_mult), `bench drift` sparse
-  // kept 24 MiB of holes resident at its peak (272-281 MiB against 263-267).
+  // its pages in use. A larger share (1/8, jemalloc 3's lg_dirty_mult) kept holes a
+  // sparse heap will not reuse resident at its peak.
   static constexpr size_t kDirtyShare = 128;
 
   // A span of `npages` whose first page is aligned to `align_pages` (a power of two),
@@ -283,7 +281,7 @@ class alignas(64) PageHeap {
   // (coalesce): requests take resident pages first, as jemalloc takes its dirty
   // extents before retained ones. With one set, in which a freed span merged with
   // its clean neighbours and made them "dirty", new slabs faulted in purged pages
-  // while resident ones sat free (fragmentation peak 217 -> 207 MiB).
+  // while resident ones sat free.
   SpanLists dirty_lists_ USLAB_GUARDED_BY(lock_), clean_lists_ USLAB_GUARDED_BY(lock_);
   size_t segments_ USLAB_GUARDED_BY(lock_) = 0;
   size_t huge_segments_ USLAB_GUARDED_BY(lock_) = 0;
