@@ -182,9 +182,8 @@ BackgroundStats background_stats() {
   return st;
 }
 
-void background_describe(char* out, size_t cap) {
+void background_describe(const BackgroundStats& st, char* out, size_t cap) {
   config_init();
-  BackgroundStats st = background_stats();
   const char* mode = g_config.background_thread == Config::Background::kOn    ? "true"
                      : g_config.background_thread == Config::Background::kOff ? "false"
                                                                               : "auto";

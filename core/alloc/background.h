@@ -104,8 +104,8 @@ struct BackgroundStats {
   bool sleeping;        // asleep with no timeout now
 };
 BackgroundStats background_stats();
-// One line describing the thread, for the statistics.
-void background_describe(char* out, size_t cap);
+// One line describing the thread in state st (background_stats), for the statistics.
+void background_describe(const BackgroundStats& st, char* out, size_t cap);
 
 // jemalloc's background_thread mallctl: on (background_thread=true from now: the
 // thread started now, from the caller, which must hold no allocator lock) or off

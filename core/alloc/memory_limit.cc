@@ -110,9 +110,8 @@ LimitStats memory_limit_stats() {
                     refusals_.load(std::memory_order_relaxed)};
 }
 
-void memory_limit_describe(char* out, size_t cap, bool decide_now) {
-  MemoryLimit l = memory_limit(decide_now);
-  LimitStats st = memory_limit_stats();
+void memory_limit_describe(const MemoryLimit& l, const LimitStats& st, size_t resident,
+                           char* out, size_t cap) {
   if (!l.decided)
     os::format(out, cap, "memory limit: not looked for yet (the heap is below %zu MiB)\n",
                kLimitDecideBytes >> 20);
@@ -123,7 +122,7 @@ void memory_limit_describe(char* out, size_t cap, bool decide_now) {
                "memory limit: %zu bytes, %s (%s); heap resident now %zu; %zu releases, "
                "%zu allocations refused\n",
                static_cast<size_t>(l.bytes), l.hard ? "hard" : "soft", l.source,
-               heap_resident_estimate(), static_cast<size_t>(st.releases),
+               resident, static_cast<size_t>(st.releases),
                static_cast<size_t>(st.refusals));
 }
 

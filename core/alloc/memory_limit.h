@@ -68,7 +68,9 @@ struct LimitStats {
   uint64_t refusals;  // allocations the hard limit refused
 };
 LimitStats memory_limit_stats();
-// One line describing the limit, for the statistics and uslab topology.
-void memory_limit_describe(char* out, size_t cap, bool decide);
+// One line describing limit l with its counters st and the heap's resident estimate
+// then, for the statistics and uslab topology.
+void memory_limit_describe(const MemoryLimit& l, const LimitStats& st, size_t resident, char* out,
+                           size_t cap);
 
 }  // namespace uslab

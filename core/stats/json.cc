@@ -1,17 +1,13 @@
 // core/stats/json.cc — the statistics as one JSON document (uslab_stats_json,
 // uslab_stats_print_json, malloc_stats_print with "J", USLAB_STATS=json at exit):
-// the same numbers as the table of table.cc, read through the same StatsView,
+// the same numbers as the table of table.cc, from the same snapshot (snapshot.h),
 // in the schema docs/STATS.md documents ("schema": 1; fields are only ever added).
 // Allocates nothing: the document goes out through the caller's callback in pieces.
 // Locking: none of its own; the sums are racy, as the table's.
 #include <sys/syscall.h>
 
-#include "core/deferred/deferred.h"
-#include "core/foreign/foreign.h"
-#include "core/guard/guard.h"
-#include "core/prof/prof.h"
+#include "core/stats/snapshot.h"
 #include "core/stats/stats.h"
-#include "core/stats/view.h"
 #include "include/uslab.h"  // USLAB_VERSION
 
 namespace uslab::heap {
@@ -140,57 +136,54 @@ const char* thp_system_name(os::ThpMode m) {
 
 }  // namespace
 
-void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smaps) {
-  config_init();
-  percpu_decide();  // a process that never allocated still shows its mode
-  StatsView view;
+void print_json(const Snapshot& s, void (*write)(void*, const char*), void* opaque) {
   Json j(write, opaque);
   j.num("schema", 1);
   j.str("version", USLAB_VERSION);
   j.num("pid", static_cast<uint64_t>(os::syscall6(SYS_getpid)));
 
   j.begin_object("mode");
-  if (g_percpu) {
-    PerCpuStats pc = percpu_stats();
+  if (s.front == Snapshot::Front::kPerCpu) {
+    const PerCpuStats& pc = s.cpus;
     j.str("fast_path", "percpu");
-    j.str("rseq", rseq_mode() == RseqMode::kOwn ? "own" : "glibc");  // whose registration
-    j.str("addressing", sheaf_form_name());
+    j.str("rseq", s.rseq == RseqMode::kOwn ? "own" : "glibc");  // whose registration
+    j.str("addressing", s.addressing);
     j.num("cpus_used", pc.cpus_used);
     j.num("cpus_possible", pc.cpus_possible);
     j.num("capacity_per_cpu", pc.budget);
-    j.num("thread_caches", view.thread_caches());
+    j.num("thread_caches", s.thread_caches());
     j.num("sheaf_grows", pc.grows);
     j.num("sheaf_grows_past_budget", pc.borrows);
     j.num("sheaf_steals", pc.steals);
     j.num("cpu_drains", pc.drains);
   } else {
     j.str("fast_path", "per-thread");
-    j.str("why", g_config.poison ? "poison" : g_config.percpu ? "no rseq" : "percpu=false");
-    j.num("thread_caches", view.thread_caches());
+    j.str("why", s.front == Snapshot::Front::kPoison   ? "poison"
+                 : s.front == Snapshot::Front::kNoRseq ? "no rseq"
+                                                       : "percpu=false");
+    j.num("thread_caches", s.thread_caches());
   }
-  j.boolean("poison", g_config.poison);
-  j.boolean("guard", g_config.guard);
+  j.boolean("poison", s.poison);
+  j.boolean("guard", s.guard_pages);
   j.end_object();
 
-  const Topology& topo = topology_in_use();
-  RemoteNodeStats rs;
-  percpu_remote_stats(&rs);
+  const Topology& topo = *s.topology;
+  const RemoteNodeStats& rs = s.remote;
   j.begin_object("topology");
   j.num("cpus_possible", topo.cpus_possible);
   j.boolean("synthetic", topo.synthetic);
-  j.num("shards", shard_count());
-  j.num("cpus_per_shard", shard_cpus());
+  j.num("shards", s.shards);
+  j.num("cpus_per_shard", s.cpus_per_shard);
   j.num("l2_bytes", topo.l2.bytes);
   j.str("source", topo.source);
   j.num("remote_node_pending", rs.pending);
   j.num("remote_node_flushes", rs.flushes);
   j.begin_array("nodes");
   for (unsigned n = 0; n < topo.nodes; n++) {
-    unsigned first;
     j.begin_object(nullptr);
     j.num("node", n);
     j.num("cpus", topo.cpus_of_node(n));
-    j.num("shards", shards_of_node(n, &first));
+    j.num("shards", s.node_shards[n]);
     j.num("remote_frees_received", rs.received[n]);
     j.end_object();
   }
@@ -200,7 +193,7 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
   j.begin_array("classes");
   for (unsigned c = 1; c < kNumClasses; c++) {
     ClassRow r;
-    if (!view.class_row(c, &r)) continue;
+    if (!s.class_row(c, &r)) continue;
     j.begin_object(nullptr);
     j.num("class", r.cls);
     j.num("size", r.size);
@@ -225,13 +218,13 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
 
   struct Caches {
     Json& j;
-    const StatsView& view;
-  } caches{j, view};
+    const Snapshot& snap;
+  } caches{j, s};
   j.begin_array("caches");
   obj_cache_for_each(
       [](const ObjCache* c, void* arg) {
         auto& k = *static_cast<Caches*>(arg);
-        CacheRow r = k.view.cache_row(c);
+        CacheRow r = k.snap.cache_row(c);
         k.j.begin_object(nullptr);
         k.j.str("name", r.name);
         k.j.num("size", r.size);
@@ -246,7 +239,7 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
       &caches);
   j.end_array();
 
-  Stats st = stats();
+  const Stats& st = s.totals;
   j.begin_object("bytes");
   j.num("allocated", st.allocated);
   j.num("active", st.active);
@@ -260,19 +253,19 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
   j.num("small_allocated", st.small_allocated);
   j.num("large_allocated", st.large_allocated);
   j.num("huge_allocated", st.huge_allocated);
-  j.num("huge_kept", huge_cache_bytes());
+  j.num("huge_kept", s.huge_kept);
   j.num("free", st.free_bytes);
   j.num("dirty", st.dirty_bytes);
   j.num("returned", st.purged_bytes);
-  j.num("pending_return", decay_backlog().bytes);
+  j.num("pending_return", s.pending_return);
   j.end_object();
 
   j.begin_array("shards");
-  for_each_shard_used([&](unsigned sh) {
-    PageHeapStats ph = g_page_heap[sh].stats();
+  for (unsigned i = 0; i < s.nshards_used; i++) {
+    const PageHeapStats& ph = s.shard_heaps[i].heap;
     j.begin_object(nullptr);
-    j.num("shard", sh);
-    j.num("node", node_of_shard(sh));
+    j.num("shard", s.shard_heaps[i].shard);
+    j.num("node", s.shard_heaps[i].node);
     j.num("segments", ph.segments);
     j.num("mapped", ph.segments * kSegmentSize);
     j.num("large", ph.large_bytes);
@@ -280,24 +273,24 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
     j.num("dirty", ph.dirty_bytes);
     j.num("returned", ph.purged_bytes);
     j.end_object();
-  });
+  }
   j.end_array();
   j.num("huge_objects", st.huge_count);
 
   j.begin_object("thp");
-  j.boolean("enabled", PageHeap::thp_enabled());
-  j.str("system", thp_system_name(os::thp_mode()));
+  j.boolean("enabled", s.thp_enabled);
+  j.str("system", thp_system_name(s.thp_system));
   j.num("segments", st.huge_segments);
   j.num("collapses", st.thp_collapses);
   j.num("splits", st.thp_splits);
   j.num("kept_bytes", st.thp_kept_bytes);
-  if (long b = smaps ? os::thp_resident_bytes() : -1; b >= 0)
-    j.num("process_bytes", static_cast<uint64_t>(b));
+  if (s.thp_process_bytes >= 0)
+    j.num("process_bytes", static_cast<uint64_t>(s.thp_process_bytes));
   else
     j.null("process_bytes");
   j.end_object();
 
-  const DeferredStats& d = view.deferred();
+  const DeferredStats& d = s.deferred;
   j.begin_object("deferred");
   j.num("pending", d.objects_pending);
   j.num("bytes_waiting", d.bytes_waiting);
@@ -309,7 +302,7 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
   j.str("writers", d.membarrier ? "membarrier" : "reader fences");
   j.end_object();
 
-  BackgroundStats bg = background_stats();
+  const BackgroundStats& bg = s.background;
   j.begin_object("background");
   j.str("state", background_state_name(bg.state));
   j.num("ticks", bg.ticks);
@@ -317,8 +310,8 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
   j.num("sleeps", bg.sleeps);
   j.end_object();
 
-  MemoryLimit lim = memory_limit(false);
-  LimitStats ls = memory_limit_stats();
+  const MemoryLimit& lim = s.limit;
+  const LimitStats& ls = s.limit_stats;
   j.begin_object("memory_limit");
   j.boolean("decided", lim.decided);
   j.num("bytes", lim.bytes);
@@ -328,13 +321,13 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
   j.num("refusals", ls.refusals);
   j.end_object();
 
-  j.num("foreign_frees_forwarded", foreign::forwarded());
+  j.num("foreign_frees_forwarded", s.foreign_forwarded);
 
-  if (prof::enabled()) {
-    prof::Stats ps = prof::stats();
+  if (s.prof_enabled) {
+    const prof::Stats& ps = s.prof_stats;
     j.begin_object("prof");
-    j.boolean("active", prof::active());
-    j.num("sample_bytes", prof::sample_bytes());
+    j.boolean("active", s.prof_active);
+    j.num("sample_bytes", s.prof_sample_bytes);
     j.num("samples", ps.samples);
     j.num("live_samples", ps.live_samples);
     j.real("live_bytes", ps.live_bytes);
@@ -347,16 +340,21 @@ void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smap
     j.null("prof");
   }
 
-  guard::Stats gs = guard::stats();
+  const guard::Stats& gs = s.guard_stats;
   j.begin_object("guarded");
-  j.num("sample_bytes", sample_client_bytes(SampleClient::kGuard));
+  j.num("sample_bytes", s.guard_sample_bytes);
   j.num("allocations", gs.allocations);
-  j.num("slots", gs.slots ? gs.slots : g_config.guard_slots);
+  j.num("slots", s.guard_slots);
   j.num("live", gs.live);
   j.num("quarantined", gs.quarantined);
   j.num("reports", gs.reports);
   j.end_object();
   j.finish();
+}
+
+void stats_print_json(void (*write)(void*, const char*), void* opaque, bool smaps) {
+  Snapshot s(smaps);
+  print_json(s, write, opaque);
 }
 
 }  // namespace uslab::heap

@@ -33,6 +33,7 @@
 #include <cstring>
 
 #include "core/prof/prof.h"
+#include "core/stats/snapshot.h"
 #include "core/stats/stats.h"
 #include "include/uslab.h"  // USLAB_VERSION
 
@@ -120,6 +121,7 @@ void publish() {
   char path[sizeof h.profile_path] = "";
   int profile_error = h.profile_error;
   if (want_profile != h.profile_served) profile_error = prof::dump_named("live", path, sizeof path);
+  const Snapshot snap(false);  // read before the sequence turns odd: readers wait less
 
   __atomic_store_n(&h.seq, h.seq + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);  // odd before any byte below changes
@@ -134,11 +136,11 @@ void publish() {
   }
   char* docs = reinterpret_cast<char*>(r) + kDocOffset;
   Writer w{docs, kRegionBytes - kDocOffset, false};
-  stats_print_json(append, &w, false);
+  print_json(snap, append, &w);  // both documents from one snapshot: they agree
   h.json_bytes = static_cast<uint32_t>(w.at - docs);
-  stats_print(append, &w, false);
+  print_table(snap, append, &w);
   h.table_bytes = static_cast<uint32_t>(w.at - docs) - h.json_bytes;
-  h.flags = (background_stats().sleeping ? kFlagAsleep : 0) | (w.cut ? kFlagTruncated : 0);
+  h.flags = (snap.background.sleeping ? kFlagAsleep : 0) | (w.cut ? kFlagTruncated : 0);
   __atomic_store_n(&h.stats_served, want_stats, __ATOMIC_RELAXED);
   h.written_ms = os::now_ms();
   __atomic_store_n(&h.seq, h.seq + 1, __ATOMIC_RELEASE);

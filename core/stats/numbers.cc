@@ -1,10 +1,10 @@
 // core/stats/numbers.cc — the heap's statistics: the totals (uslab_stats_get,
-// mallctl's stats.*) and the per-class and per-cache rows both reports print
-// (StatsView: table.cc's table, json.cc's JSON).
+// mallctl's stats.*) and the snapshot every report prints (snapshot.h).
 // Locking: none of its own; the statistics are racy sums read without locks.
 #include "core/stats/stats.h"
 
-#include "core/stats/view.h"
+#include "core/foreign/foreign.h"
+#include "core/stats/snapshot.h"
 
 namespace uslab::heap {
 
@@ -18,27 +18,96 @@ CachedCounts::CachedCounts() {
   }
 }
 
-StatsView::StatsView() { deferred_ = deferred_stats(deferred_by_class_); }
+namespace {
 
-bool StatsView::class_row(unsigned c, ClassRow* r) const {
+// Class c's row from the caches' counts, or false for a class never used.
+bool make_row(unsigned c, const CachedCounts& cached, const size_t deferred_by_class[],
+              ClassRow* r) {
   CentralStats cs = central_stats(c);
   if (cs.slabs == 0 && cs.batches_out == 0) return false;
-  size_t used = cs.objects - cs.free_objects, held = cached_.total(c);
-  const DepotStats& dp = cached_.depot[c];
+  size_t used = cs.objects - cs.free_objects, held = cached.total(c);
+  const DepotStats& dp = cached.depot[c];
   *r = ClassRow{c, static_cast<unsigned>(class_size(c)), cs.slabs, cs.objects,
-                used > held ? used - held : 0, cached_.cpu[c].cpu_objects, dp.objects,
-                cached_.thread[c], cs.free_objects, static_cast<size_t>(cached_.hits[c]),
-                static_cast<size_t>(cached_.cpu[c].refills),
-                static_cast<size_t>(cached_.cpu[c].drains),
+                used > held ? used - held : 0, cached.cpu[c].cpu_objects, dp.objects,
+                cached.thread[c], cs.free_objects, static_cast<size_t>(cached.hits[c]),
+                static_cast<size_t>(cached.cpu[c].refills),
+                static_cast<size_t>(cached.cpu[c].drains),
                 static_cast<size_t>(dp.hits), static_cast<size_t>(cs.batches_out),
-                static_cast<size_t>(cs.batches_in), deferred_by_class_[c],
+                static_cast<size_t>(cs.batches_in), deferred_by_class[c],
                 static_cast<size_t>(dp.remote + cs.remote)};
   return true;
 }
 
-CacheRow StatsView::cache_row(const ObjCache* c) const {
+}  // namespace
+
+Snapshot::Snapshot(bool smaps) {
+  config_init();
+  percpu_decide();  // a process that never allocated still shows its mode
+  front = g_percpu          ? Front::kPerCpu
+          : g_config.poison ? Front::kPoison
+          : g_config.percpu ? Front::kNoRseq
+                            : Front::kForced;
+  rseq = rseq_mode();
+  addressing = sheaf_form_name();
+  cpus = g_percpu ? percpu_stats() : PerCpuStats{};
+  poison = g_config.poison;
+  guard_pages = g_config.guard;
+
+  topology = &topology_in_use();
+  shards = shard_count();
+  cpus_per_shard = shard_cpus();
+  for (unsigned n = 0; n < kTopoMaxNodes; n++) {
+    unsigned first;
+    node_shards[n] = n < topology->nodes ? shards_of_node(n, &first) : 0;
+  }
+  percpu_remote_stats(&remote);
+  {
+    CachedCounts cached;
+    deferred = deferred_stats(deferred_by_class_);
+    ncaches_ = cached.ncaches;
+    for (unsigned c = 0; c < kMaxClasses; c++) {
+      held_[c] = c ? cached.total(c) : 0;
+      used_[c] = c && c < kNumClasses && make_row(c, cached, deferred_by_class_, &rows_[c]);
+    }
+    totals = totals_of(cached, remote);
+  }
+  huge_kept = huge_cache_bytes();
+  pending_return = decay_backlog().bytes;
+  nshards_used = 0;
+  for_each_shard_used([&](unsigned sh) {
+    shard_heaps[nshards_used++] = ShardHeap{sh, node_of_shard(sh), g_page_heap[sh].stats()};
+  });
+
+  thp_option = g_config.thp;
+  thp_enabled = PageHeap::thp_enabled();
+  thp_fits = huge_page_fits_segment();
+  thp_system = os::thp_mode();
+  thp_process_bytes = !smaps ? kUnread : os::thp_resident_bytes();
+  if (thp_process_bytes < 0 && thp_process_bytes != kUnread) thp_process_bytes = kUnknown;
+
+  background = background_stats();
+  limit = memory_limit(false);
+  limit_stats = memory_limit_stats();
+  limit_resident = heap_resident_estimate();
+  foreign_forwarded = foreign::forwarded();
+  prof_enabled = prof::enabled();
+  prof_active = prof::active();
+  prof_sample_bytes = prof::sample_bytes();
+  prof_stats = prof_enabled ? prof::stats() : prof::Stats{};
+  guard_sample_bytes = sample_client_bytes(SampleClient::kGuard);
+  guard_stats = guard::stats();
+  guard_slots = guard_stats.slots ? guard_stats.slots : g_config.guard_slots;
+}
+
+bool Snapshot::class_row(unsigned c, ClassRow* r) const {
+  if (c >= kMaxClasses || !used_[c]) return false;
+  *r = rows_[c];
+  return true;
+}
+
+CacheRow Snapshot::cache_row(const ObjCache* c) const {
   CentralStats cs = central_stats(c->cls);
-  size_t used = cs.objects - cs.free_objects, held = cached_.total(c->cls);
+  size_t used = cs.objects - cs.free_objects, held = held_[c->cls];
   size_t active = used > held ? used - held : 0;
   active += guard::live_in_class(c->cls);  // served from guarded slots
   return CacheRow{c->name, c->size,      c->align, cs.slabs, cs.objects,
@@ -61,10 +130,14 @@ unsigned background_number(BackgroundState s) {
 }
 
 Stats stats() {
-  Stats st{};
   CachedCounts cached;
   RemoteNodeStats rs;
   percpu_remote_stats(&rs);
+  return totals_of(cached, rs);
+}
+
+Stats totals_of(const CachedCounts& cached, const RemoteNodeStats& rs) {
+  Stats st{};
   st.thread_caches = cached.ncaches;
   for (unsigned c = 1; c < kMaxClasses; c++) {
     CentralStats cs = central_stats(c);

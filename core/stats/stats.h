@@ -2,9 +2,9 @@
 // mallctl's stats.*), the reports (the slabinfo-style table, the JSON document, the
 // report at exit) and readers outside the process (the live region).
 //
-// Owns: the counters' snapshot (Stats, numbers.cc), the per-class and per-cache view
-// both reports print (view.h), the table and the report at exit (table.cc), the JSON
-// document (json.cc), and the live region (live.cc; docs/LIVE.md).
+// Owns: the totals (Stats, numbers.cc), the snapshot every report prints, read once
+// (snapshot.h), the table and the report at exit (table.cc), the JSON document
+// (json.cc), and the live region (live.cc; docs/LIVE.md).
 //
 // Locking: readers only. The counters are relaxed atomics or racy sums of per-CPU and
 // per-thread counts, read with no lock; each lock below is taken by the layer that

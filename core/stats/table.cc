@@ -2,143 +2,137 @@
 // (uslab_stats_print, malloc_stats, USLAB_STATS=1 at exit on the duplicate of stderr
 // stats_report_init keeps) and what the topology providers see (uslab_topology_print).
 // Locking: topology printing has its own lock (kTopologyPrint: hwloc, which it may
-// load, allocates); the table reads the racy sums of numbers.cc without locks; the
+// load, allocates); the table prints a snapshot (snapshot.h); the
 // report's descriptor is set once, in the library's constructor.
 #include "core/stats/stats.h"
 
-#include "core/deferred/deferred.h"
-#include "core/foreign/foreign.h"
-#include "core/guard/guard.h"
-#include "core/prof/prof.h"
-#include "core/stats/view.h"
+#include "core/stats/snapshot.h"
 
 namespace uslab::heap {
 
-void stats_print(void (*write)(void*, const char*), void* opaque, bool smaps) {
+void print_table(const Snapshot& s, void (*write)(void*, const char*), void* opaque) {
   char line[256];
   auto out = [&](const char* fmt, auto... args) {
     os::format(line, sizeof line, fmt, args...);
     write(opaque, line);
   };
-  config_init();
-  percpu_decide();  // a process that never allocated still shows its mode
-  StatsView view;
-  if (g_percpu) {
-    PerCpuStats pc = percpu_stats();
+  if (s.front == Snapshot::Front::kPerCpu) {
+    const PerCpuStats& pc = s.cpus;
     out("uslab stats (mode: %s, %s addressing; %u of %u CPUs used, %zu bytes of capacity per "
         "CPU, %zu thread caches)\n",
-        rseq_mode_name(rseq_mode()), sheaf_form_name(), pc.cpus_used, pc.cpus_possible, pc.budget,
-        view.thread_caches());
+        rseq_mode_name(s.rseq), s.addressing, pc.cpus_used, pc.cpus_possible, pc.budget,
+        s.thread_caches());
     out("sheaf capacity: %zu grows (%zu past a CPU's budget), %zu steals, %zu CPU drains\n",
         (size_t)pc.grows, (size_t)pc.borrows, (size_t)pc.steals, (size_t)pc.drains);
   } else {
     out("uslab stats (mode: per-thread caches (%s); %zu thread caches)\n",
-        g_config.poison   ? "none: poison=true sends every object through its slab"
-        : g_config.percpu ? "rseq unavailable"
-                          : "forced by percpu=false",
-        view.thread_caches());
+        s.front == Snapshot::Front::kPoison   ? "none: poison=true sends every object through its slab"
+        : s.front == Snapshot::Front::kNoRseq ? "rseq unavailable"
+                                              : "forced by percpu=false",
+        s.thread_caches());
   }
-  if (g_config.poison || g_config.guard)
+  if (s.poison || s.guard_pages)
     out("checks: poison %s (freed small objects, checked when allocated again), guard pages "
         "%s (around large objects)\n",
-        g_config.poison ? "on" : "off", g_config.guard ? "on" : "off");
-  const Topology& topo = topology_in_use();
+        s.poison ? "on" : "off", s.guard_pages ? "on" : "off");
+  const Topology& topo = *s.topology;
   out("topology: %u possible CPUs, %u NUMA node%s%s, %u shards of %u CPUs, L2 %zu KiB (%s)\n",
       topo.cpus_possible, topo.nodes, topo.nodes == 1 ? "" : "s",
-      topo.synthetic ? " (synthetic)" : "", shard_count(), shard_cpus(),
+      topo.synthetic ? " (synthetic)" : "", s.shards, s.cpus_per_shard,
       static_cast<size_t>(topo.l2.bytes >> 10), topo.source);
   if (topo.nodes > 1) {
-    RemoteNodeStats rs;
-    percpu_remote_stats(&rs);
-    for (unsigned n = 0; n < topo.nodes; n++) {
-      unsigned first;
+    for (unsigned n = 0; n < topo.nodes; n++)
       out("node %u: %u CPUs, %u shards, %zu remote-node frees received\n", n, topo.cpus_of_node(n),
-          shards_of_node(n, &first), static_cast<size_t>(rs.received[n]));
-    }
-    out("remote-node buffers: %zu objects pending, %zu flushes\n", rs.pending,
-        static_cast<size_t>(rs.flushes));
+          s.node_shards[n], static_cast<size_t>(s.remote.received[n]));
+    out("remote-node buffers: %zu objects pending, %zu flushes\n", s.remote.pending,
+        static_cast<size_t>(s.remote.flushes));
   }
-  const DeferredStats& d = view.deferred();
   out("%5s %7s %6s %9s %9s %8s %8s %8s %9s %11s %9s %9s %9s %9s %9s %9s %9s\n", "class", "size",
       "slabs", "objects", "active", "cpu", "depot", "thread", "free", "hits", "refills", "drains",
       "depot-hit", "slab-out", "slab-in", "deferred", "remote");
   for (unsigned c = 1; c < kNumClasses; c++) {
     ClassRow r;
-    if (!view.class_row(c, &r)) continue;
+    if (!s.class_row(c, &r)) continue;
     out("%5u %7u %6zu %9zu %9zu %8zu %8zu %8zu %9zu %11zu %9zu %9zu %9zu %9zu %9zu %9zu %9zu\n",
         r.cls, r.size, r.slabs, r.objects, r.active, r.cpu, r.depot, r.thread, r.free, r.hits,
         r.refills, r.drains, r.depot_hits, r.slab_out, r.slab_in, r.deferred, r.remote);
   }
   struct CacheLines {
     decltype(out)& print;
-    const StatsView& view;
-  } lines{out, view};
+    const Snapshot& snap;
+  } lines{out, s};
   obj_cache_for_each(
       [](const ObjCache* c, void* arg) {
         auto& l = *static_cast<CacheLines*>(arg);
-        CacheRow r = l.view.cache_row(c);
+        CacheRow r = l.snap.cache_row(c);
         l.print(
             "cache %-24s size %6u align %4u slabs %6zu objects %9zu active %9zu deferred %zu%s\n",
             r.name, r.size, r.align, r.slabs, r.objects, r.active, r.deferred,
             r.destroyed ? " (destroyed)" : "");
       },
       &lines);
-  Stats st = stats();
+  const Stats& st = s.totals;
   out("cached: %zu bytes in CPU sheaves, %zu in depots, %zu in thread caches\n", st.cpu_cached,
       st.depot_cached, st.thread_cached);
   out("small: %zu bytes in slabs, %zu allocated\n", st.small_slab_bytes, st.small_allocated);
   out("large: %zu bytes allocated; huge: %zu objects, %zu bytes, %zu bytes of freed ones "
       "kept for reuse\n",
-      st.large_allocated, st.huge_count, st.huge_allocated, huge_cache_bytes());
+      st.large_allocated, st.huge_count, st.huge_allocated, s.huge_kept);
   out("pages: %zu mapped, %zu resident (estimate), %zu free (%zu dirty), %zu returned to the "
       "OS, %zu metadata\n",
       st.mapped, st.resident, st.free_bytes, st.dirty_bytes, st.purged_bytes, st.metadata);
   char thp_bytes[32] = "unknown";
-  if (!smaps)
+  if (s.thp_process_bytes == Snapshot::kUnread)
     os::format(thp_bytes, sizeof thp_bytes, "%s", "unread (live)");
-  else if (long b = os::thp_resident_bytes(); b >= 0)
-    os::format(thp_bytes, sizeof thp_bytes, "%zu", static_cast<size_t>(b));
+  else if (s.thp_process_bytes >= 0)
+    os::format(thp_bytes, sizeof thp_bytes, "%zu", static_cast<size_t>(s.thp_process_bytes));
   out("huge pages (THP %s): %zu segments advised, %zu collapsed, %zu times a return took "
       "one off them, %zu free bytes kept inside them; %s bytes of the process in huge pages "
       "(smaps_rollup)\n",
-      !g_config.thp                             ? "off: thp=false"
-      : os::thp_mode() == os::ThpMode::kNever   ? "off: the system's setting is never"
-      : !huge_page_fits_segment()               ? "off: a huge page is larger than a segment"
-      : os::thp_mode() == os::ThpMode::kMadvise ? "on, system setting madvise"
-                                                : "on, system setting always",
+      !s.thp_option                                ? "off: thp=false"
+      : s.thp_system == os::ThpMode::kNever        ? "off: the system's setting is never"
+      : !s.thp_fits                                ? "off: a huge page is larger than a segment"
+      : s.thp_system == os::ThpMode::kMadvise      ? "on, system setting madvise"
+                                                   : "on, system setting always",
       st.huge_segments, st.thp_collapses, st.thp_splits, st.thp_kept_bytes, thp_bytes);
+  const DeferredStats& d = s.deferred;
   out("deferred: %zu objects pending (%zu bytes in %zu sealed blocks, %zu chained), "
       "%zu freed in %zu blocks, %zu grace periods (%s)\n",
       d.objects_pending, d.bytes_waiting, d.blocks, d.emergency_objects, (size_t)d.objects_freed,
       (size_t)d.blocks_freed, (size_t)d.grace_periods,
       d.membarrier ? "membarrier" : "reader fences");
-  background_describe(line, sizeof line);
+  background_describe(s.background, line, sizeof line);
   write(opaque, line);
-  memory_limit_describe(line, sizeof line, false);
+  memory_limit_describe(s.limit, s.limit_stats, s.limit_resident, line, sizeof line);
   write(opaque, line);
-  if (size_t n = foreign::forwarded())
+  if (s.foreign_forwarded)
     out("foreign: %zu frees of glibc's blocks (RTLD_DEEPBIND libraries, launchers) forwarded "
         "to glibc\n",
-        n);
-  if (prof::enabled()) {
-    prof::Stats ps = prof::stats();
+        s.foreign_forwarded);
+  if (s.prof_enabled) {
+    const prof::Stats& ps = s.prof_stats;
     out("prof: %s, a sample every %zu bytes on average: %zu samples, %zu live (%zu bytes "
         "estimated live, %zu at the peak), %zu stacks, %zu profiles written; %zu bytes of "
         "its own\n",
-        prof::active() ? "active" : "inactive", static_cast<size_t>(prof::sample_bytes()),
+        s.prof_active ? "active" : "inactive", static_cast<size_t>(s.prof_sample_bytes),
         static_cast<size_t>(ps.samples), ps.live_samples, static_cast<size_t>(ps.live_bytes),
         static_cast<size_t>(ps.peak_bytes), ps.stacks, static_cast<size_t>(ps.dumps), ps.mapped);
   }
-  if (uint64_t mean = sample_client_bytes(SampleClient::kGuard)) {
-    guard::Stats gs = guard::stats();
+  if (s.guard_sample_bytes) {
+    const guard::Stats& gs = s.guard_stats;
     out("guarded: an allocation every %zu bytes on average: %zu so far, %u slots of %zu (%u "
         "live, %u freed and inaccessible), %zu errors reported\n",
-        static_cast<size_t>(mean), static_cast<size_t>(gs.allocations), gs.live + gs.quarantined,
-        static_cast<size_t>(gs.slots ? gs.slots : g_config.guard_slots), gs.live, gs.quarantined,
+        static_cast<size_t>(s.guard_sample_bytes), static_cast<size_t>(gs.allocations),
+        gs.live + gs.quarantined, s.guard_slots, gs.live, gs.quarantined,
         static_cast<size_t>(gs.reports));
   } else {
     out("%s", "guarded: off (guard_sample=0)\n");
   }
+}
+
+void stats_print(void (*write)(void*, const char*), void* opaque, bool smaps) {
+  Snapshot s(smaps);
+  print_table(s, write, opaque);
 }
 
 namespace {
@@ -203,7 +197,8 @@ void topology_print(void (*write)(void*, const char*), void* opaque) {
     out("  mode: per-thread caches\n");
   }
   write(opaque, "  ");
-  memory_limit_describe(text, sizeof text, true);
+  memory_limit_describe(memory_limit(true), memory_limit_stats(), heap_resident_estimate(), text,
+                        sizeof text);
   write(opaque, text);
 }
 

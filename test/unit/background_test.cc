@@ -39,6 +39,6 @@ TEST_CASE("a wanted background thread is not started before the library's constr
   REQUIRE(background_state() == BackgroundState::kWanted);
   REQUIRE(background_stats().veto == os::ThreadVeto::kNotReady);
   char line[256];
-  background_describe(line, sizeof line);
+  background_describe(background_stats(), line, sizeof line);
   REQUIRE(strstr(line, "before the library's constructor") != nullptr);
 }
