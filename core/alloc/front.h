@@ -2,9 +2,12 @@
 // objects, this CPU's sheaves (percpu.h) or this thread's cache (thread_cache.h).
 //
 // Owns: the dispatch every small allocation and free of the heap layer goes through
-// (take_object, free_object). The choice itself is made once, at the process's first
-// allocation (percpu_decide, from the thread cache's first slow path): until then
-// g_percpu is false and the thread caches serve.
+// (take_object, free_object), and in front.cc what passes between the two: the
+// choice, made once at the process's first allocation (until then g_percpu is false
+// and the thread caches serve, so that first call reaches thread_cache_alloc_slow,
+// which decides), the per-CPU slow paths that hand a thread with no usable CPU to
+// its thread cache, the calling thread's shard, and arming both front ends'
+// sampling streams. The two front ends never call each other.
 //
 // Both forms of the per-CPU sections (percpu_rseq.h) are inlined into the entry
 // points programs call most: malloc, free, operator new and delete (Hot = true).
@@ -48,5 +51,9 @@ inline void free_object(void* p, unsigned cls) {
   if (g_percpu) return percpu_free_nodes(p, cls);
   return thread_cache_free(p, cls);
 }
+
+// The shard (shard.h) whose depots the calling thread uses: its CPU's in per-CPU
+// mode, else its thread cache's.
+unsigned current_shard();
 
 }  // namespace uslab

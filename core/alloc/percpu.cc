@@ -16,7 +16,6 @@
 #include "core/alloc/sampler.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/huge_cache.h"
-#include "core/alloc/thread_cache.h"
 
 namespace uslab {
 
@@ -87,10 +86,11 @@ constinit Mutex init_lock_;
 USLAB_LOCK_ONE(kPercpuInit, init_lock_);
 constinit std::atomic<bool> decided_{false};
 constinit std::atomic<uint64_t> remote_flushes_{0};  // percpu_remote_flush calls
-// The CPU whose sheaves this thread may use now, or kNoCpu (then it uses its
-// per-thread cache): uslab's own rseq registration is made here on a thread's first
-// slow path; a thread the kernel refused, or on a CPU id beyond the table, has none.
-uint32_t usable_cpu() {
+}  // namespace
+
+// uslab's own rseq registration is made here on a thread's first slow path; a thread
+// the kernel refused, or on a CPU id beyond the table, has no usable CPU.
+uint32_t percpu_usable_cpu() {
   uint32_t c = rseq_cpu_id();
   if (c < g_cpu_count) return c;
   if (c == kRseqCpuUninitialized && rseq_register_thread()) {
@@ -99,6 +99,8 @@ uint32_t usable_cpu() {
   }
   return kNoCpu;
 }
+
+namespace {
 
 // A fixed-capacity sheaf of CPU c (kDeferSheaf, kRemoteSheaf): opened with capacity
 // `cap` when closed (0 objects moved), else emptied into out. -1 when the thread is
@@ -122,7 +124,7 @@ enum class Miss { kNone, kAlloc, kFree };
 template <typename Section>
 size_t on_current_cpu(unsigned cls, size_t n, Miss miss, Section section) {
   for (;;) {
-    uint32_t c = usable_cpu();
+    uint32_t c = percpu_usable_cpu();
     if (c == kNoCpu) return 0;
     long k = section(c);
     if (k < 0) continue;
@@ -132,12 +134,12 @@ size_t on_current_cpu(unsigned cls, size_t n, Miss miss, Section section) {
 }
 
 // Puts buf[0..n) on the current CPU's sheaf as far as it has room; the rest goes
-// to the depot.
-void push_or_give(unsigned cls, void** buf, size_t n) {
+// to the depots, given from shard `here` (the one whose depot they came from).
+void push_or_give(unsigned here, unsigned cls, void** buf, size_t n) {
   if (n == 0) return;
   n -= on_current_cpu(cls, n, Miss::kNone,
                       [&](uint32_t c) { return percpu_push_batch(c, cls, buf, n); });
-  if (n) depot_give(current_shard(), cls, buf, n, batch_size(cls));
+  if (n) depot_give(here, cls, buf, n, batch_size(cls));
 }
 
 // The L2 size (512 KiB … 4 MiB), and no more than a 16 MiB share for `cpus` CPUs
@@ -237,11 +239,6 @@ void percpu_free_retry(void* p, unsigned cls) { percpu_free(p, cls); }
 
 bool percpu_decided() { return decided_.load(std::memory_order_acquire); }
 
-unsigned current_shard() {
-  uint32_t c = g_percpu ? rseq_cpu_id() : kNoCpu;
-  return c < g_cpu_count ? shard_of_cpu(c) : t_cache->shard;
-}
-
 namespace {
 
 // Depot sheaves a miss of CPU c's sheaf of cls moves: up to half its capacity, at most
@@ -253,9 +250,7 @@ size_t sheaves_per_move(uint32_t c, unsigned cls) {
 
 }  // namespace
 
-void* percpu_alloc_slow(unsigned cls) {
-  uint32_t c = usable_cpu();
-  if (c == kNoCpu) return thread_cache_alloc(cls);
+void* percpu_refill(uint32_t c, unsigned cls) {
   // The miss first: taking the batch before it cost 15 cycles an object in N x alloc
   // at 2 KiB (AMD EPYC), for the same work.
   Depot& depot = g_depot[shard_of_cpu(c)][cls];
@@ -268,37 +263,35 @@ void* percpu_alloc_slow(unsigned cls) {
   if (n == 0) return os::fail_nomem();
   if (__builtin_expect(g_sampling, 0) && sample_miss(c, cls))
     if (void* q = g_sample_hooks->small(cls)) {
-      push_or_give(cls, buf, n);
+      push_or_give(shard_of_cpu(c), cls, buf, n);
       return q;
     }
   void* obj = buf[--n];
-  push_or_give(cls, buf, n);
+  push_or_give(shard_of_cpu(c), cls, buf, n);
   return obj;
 }
 
-void percpu_free_slow(void* p, unsigned cls) {
+bool percpu_drain(uint32_t c, void* p, unsigned cls) {
   void* buf[kMaxRefill];
-  for (;;) {
-    uint32_t c = usable_cpu();
-    if (c == kNoCpu) return thread_cache_free(p, cls);
-    on_miss(c, cls, false);
-    // One section: p goes in or, when the sheaf is full, a batch made of its top
-    // objects and p goes to the depot (to the slabs past its bound: more of them).
-    const size_t batch = batch_size(cls);
-    size_t n = g_depot[shard_of_cpu(c)][cls].at_bound(cls) ? slab_drain_size(cls)
-                                                            : sheaves_per_move(c, cls) * batch;
-    long k = percpu_push_draining(c, cls, p, buf, n - 1);
-    if (k == kSheafMoved) continue;
-    if (k == kSheafDoubleFree) return report_bad_free(p, "double free", cls);
-    if (k == kSheafClosed) return depot_give(shard_of_cpu(c), cls, &p, 1);
-    if (k > 0) {
-      buf[k++] = p;
-      USLAB_PROBE(sheaf_drain, cls, k);
-      bump(meta_[c].class_drains[cls]);
-      depot_give(shard_of_cpu(c), cls, buf, static_cast<size_t>(k), batch);
-    }
-    return;
+  on_miss(c, cls, false);
+  // One section: p goes in or, when the sheaf is full, a batch made of its top
+  // objects and p goes to the depot (to the slabs past its bound: more of them).
+  const size_t batch = batch_size(cls);
+  size_t n = g_depot[shard_of_cpu(c)][cls].at_bound(cls) ? slab_drain_size(cls)
+                                                          : sheaves_per_move(c, cls) * batch;
+  long k = percpu_push_draining(c, cls, p, buf, n - 1);
+  if (k == kSheafMoved) return false;
+  if (k == kSheafDoubleFree) {
+    report_bad_free(p, "double free", cls);
+  } else if (k == kSheafClosed) {
+    depot_give(shard_of_cpu(c), cls, &p, 1);
+  } else if (k > 0) {
+    buf[k++] = p;
+    USLAB_PROBE(sheaf_drain, cls, k);
+    bump(meta_[c].class_drains[cls]);
+    depot_give(shard_of_cpu(c), cls, buf, static_cast<size_t>(k), batch);
   }
+  return true;
 }
 
 void percpu_nodes_changed() {
@@ -358,7 +351,7 @@ namespace {
 void remote_miss(void* entry, unsigned) {
   uint64_t buf[kRemoteCap];
   for (int tries = 0; tries < 2; tries++) {
-    uint32_t c = usable_cpu();
+    uint32_t c = percpu_usable_cpu();
     if (c == kNoCpu) break;
     void* top;
     if (percpu_peek(c, kRemoteSheaf, &top) < 0) continue;
@@ -384,7 +377,7 @@ void remote_retry(void* entry, unsigned) {
 
 void percpu_free_nodes(void* p, unsigned cls) {
   uint32_t c = rseq_cpu_id();
-  if (c >= g_cpu_count) c = usable_cpu();  // a thread's first free registers it
+  if (c >= g_cpu_count) c = percpu_usable_cpu();  // a thread's first free registers it
   const Span* s = PageMap::get(p);
   // The thread may move before the push: then the object only lands in the wrong
   // buffer, which costs locality, never correctness (both flush to the owner).
@@ -635,7 +628,7 @@ void percpu_drain_class(unsigned cls) { drain_classes(cls, cls + 1); }
 
 long percpu_defer_take(void** out) {
   for (;;) {
-    uint32_t c = usable_cpu();
+    uint32_t c = percpu_usable_cpu();
     if (c == kNoCpu) return -1;
     long k = take_fixed_sheaf(c, kDeferSheaf, kDeferCap, out);
     if (k >= 0) return k;

@@ -48,7 +48,6 @@
 #include "core/alloc/percpu_layout.h"
 #include "core/alloc/percpu_rseq.h"
 #include "core/alloc/sampler.h"
-#include "core/alloc/thread_cache.h"
 
 namespace uslab {
 
@@ -69,9 +68,16 @@ size_t percpu_put(unsigned cls, void* const* ptrs, size_t n);
 bool percpu_decide();
 bool percpu_decided();
 
-// The shard (shard.h) whose depots the calling thread uses: its CPU's in per-CPU
-// mode, else its thread cache's.
-unsigned current_shard();
+// No usable CPU: the thread's cache serves it (front.cc).
+constexpr uint32_t kNoCpu = ~uint32_t{0};
+// The CPU whose sheaves the calling thread may use now, or kNoCpu.
+uint32_t percpu_usable_cpu();
+// A miss of CPU c's sheaf of cls on allocation (c: percpu_usable_cpu's): the sheaf
+// refilled from the depot, one object returned (nullptr with ENOMEM).
+void* percpu_refill(uint32_t c, unsigned cls);
+// A miss on free: p goes in, or with a batch of the sheaf's top objects to the depot.
+// False when the thread moved to another CPU meanwhile (nothing done: again).
+bool percpu_drain(uint32_t c, void* p, unsigned cls);
 
 // Drains every CPU's sheaves and the depots back to the slabs (malloc_trim), or only
 // those of one class (a cache being destroyed). Without membarrier's rseq fence only

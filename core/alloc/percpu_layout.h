@@ -104,7 +104,8 @@ other:
 #endif
 }
 
-// Slow paths of the fast operations (percpu_rseq.h), and their retry after an abort (out of
+// Slow paths of the fast operations (percpu_rseq.h; defined in front.cc, which hands
+// a thread with no usable CPU to its thread cache), and their retry after an abort (out of
 // line, so that the fast paths need no loop and no callee-saved registers). The
 // retries are never inlined: into themselves (each one the fast path again, whose
 // abort calls the retry), GCC unrolled them several levels deep, a copy of each

@@ -103,8 +103,6 @@ struct alignas(64) CpuMeta {  // one line each: CPUs lock their own on a miss th
   uint64_t sample_left[kMaxClasses];
 };
 
-constexpr uint32_t kNoCpu = ~uint32_t{0};
-
 extern CpuMeta* meta_;
 extern size_t budget_;  // each CPU's capacity budget in bytes
 // The sum of capacity_bytes over the CPUs: each CPU changes its share under its own

@@ -80,13 +80,6 @@ bool sample_miss(uint32_t c, unsigned cls) {
 
 using namespace percpu_internal;
 
-USLAB_STARTUP_TEXT void set_sample_client(SampleClient which, const SampleHooks* hooks,
-                                          uint64_t mean_bytes) {
-  if (!sample_set_client(which, hooks, mean_bytes)) return;
-  percpu_sample_arm();
-  thread_cache_sample_arm_mine();
-}
-
 USLAB_STARTUP_TEXT void percpu_sample_arm() {
   if (!g_percpu) return;
   for (uint32_t c = 0; c < g_cpu_count; c++) {

@@ -7,7 +7,6 @@
 #include "core/alloc/error_report.h"
 #include "core/alloc/sampler.h"
 #include "core/alloc/first_touch.h"
-#include "core/alloc/percpu.h"
 #include "core/platform/libc_calls.h"
 
 #include <atomic>
@@ -177,11 +176,9 @@ USLAB_STARTUP_TEXT void thread_cache_sample_arm_mine() {
   if (t_cache != &g_empty_cache) arm_sampling(t_cache);
 }
 
-void* thread_cache_alloc_slow(unsigned cls) {
+void* thread_cache_refill(unsigned cls) {
   ThreadCache* tc = t_cache;
   if (tc == &g_empty_cache) {
-    // The process's first allocation decides between per-CPU sheaves and these caches.
-    if (!percpu_decided() && percpu_decide()) return percpu_alloc(cls);
     tc = create();
     if (!tc) {
       void* p;
@@ -224,7 +221,7 @@ void* thread_cache_alloc_tick(unsigned cls) {
     }
   }
   void* p = thread_cache_alloc(cls);
-  decay_notice();  // after the pop, as in thread_cache_alloc_slow
+  decay_notice();  // after the pop, as in thread_cache_refill
   return p;
 }
 

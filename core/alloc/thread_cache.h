@@ -60,9 +60,12 @@ extern __thread ThreadCache* t_cache __attribute__((tls_model("initial-exec")));
 extern __thread uint8_t t_state __attribute__((tls_model("initial-exec")));
 extern ThreadCache g_empty_cache;
 
-// Slow paths of the bins (refill, flush, first use, use after thread exit, the
-// per-CPU decision on a process's first allocation, double-free report).
+// Slow paths of the bins (refill, flush, first use, use after thread exit,
+// double-free report). thread_cache_alloc_slow is front.cc's: a process's first
+// allocation decides between the per-CPU sheaves and these caches there, then the
+// bin refills (thread_cache_refill).
 void* thread_cache_alloc_slow(unsigned cls);
+void* thread_cache_refill(unsigned cls);
 void thread_cache_free_slow(void* p, unsigned cls);
 void* thread_cache_alloc_tick(unsigned cls);
 

@@ -40,12 +40,13 @@ LAYER = {name: i for i, (name, _, _) in enumerate(LAYERS)}
 
 # Modules of core/alloc, lowest first; a module is the files whose names are, or
 # start with, its name or one of the names listed with it. The two front ends (the
-# thread caches and the per-CPU sheaves, each the other's fallback) are one module.
+# thread caches and the per-CPU sheaves) do not know each other: front, above both,
+# passes between them.
 MODULES = [
     ("error_report", []), ("meta_arena", []), ("paged_pool", []), ("segment", []), ("shard", []),
     ("page_heap", []), ("huge_cache", []), ("central", []), ("first_touch", []),
     ("depot", []), ("hit_counter", []), ("sampler", []),
-    ("thread_cache", ["percpu", "capacity"]), ("front", []), ("obj_cache", []),
+    ("thread_cache", []), ("percpu", ["capacity"]), ("front", []), ("obj_cache", []),
     ("decay", []), ("background", []), ("memory_limit", []), ("alloc", []),
 ]
 # Coordinators: every module below them tells them that memory waits (decay_notice,
