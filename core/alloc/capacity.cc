@@ -29,23 +29,20 @@ namespace {
 // A CPU may hold up to kLendMax budgets of capacity while the other CPUs hold next to
 // nothing (a quarter of a budget), and otherwise what kLendMax budgets (the CPUs'
 // budgets, on fewer CPUs) leave it. A server handling one request at a time cycles
-// its working set through a CPU's sheaves and the depot (`bench requests`: 2 MiB of
-// 16 B - 2 KiB objects a request, 1.6x tcmalloc's time with a 1 MiB budget, level
-// with 4 MiB) while the other CPUs' budgets sit unused. A program that keeps several
-// CPUs busy borrows nothing: with all the CPUs' budgets as the pool, larson's 8
-// threads on 16 CPUs each borrowed an idle CPU's budget and peaked at 22.5 MiB
-// against 18.9, no faster (with a floor of kLendMax budgets for all, larson's two
-// threads on two CPUs borrowed each other's, 1.5 MiB higher).
+// its working set through a CPU's sheaves and the depot (`bench requests`: slower
+// than tcmalloc with one budget, level with four) while the other CPUs' budgets sit
+// unused. A program that keeps several CPUs busy borrows nothing: with all the CPUs'
+// budgets as the pool, each of larson's threads borrowed an idle CPU's budget and
+// peaked higher, no faster (as with a floor of kLendMax budgets for all).
 // Only a CPU whose refills a depot sheaf served lately borrows (`reuse`: +1 for such
 // a refill, -kSlabRefill for one from the slabs, within ±kReuseCap; at least
 // kReuseToBorrow): its objects come back and are handed out again, and a bigger
 // sheaf saves a depot round trip per batch. A heap that grows from the slabs gains
 // nothing from it, and the objects it caches pin slabs: the `bench rss` frag peak
-// grew 8% with a 4 MiB budget for every refill, 6% when every depot-served refill
-// borrowed; with these weights its peak stays within the runs' spread. Stricter
-// weights are worse: the slab refills that follow each decay tick's trim would keep
-// a server's requests from borrowing again (1.34x tcmalloc's request time after
-// 30 ms pauses against 1.03x).
+// grew when every refill, or every depot-served one, borrowed; with these weights it
+// stays within the runs' spread. Stricter weights are worse: the slab refills that
+// follow each decay tick's trim would keep a server's requests from borrowing again
+// (slower requests after pauses).
 constexpr int32_t kSlabRefill = 8, kReuseCap = 256, kReuseToBorrow = 64;
 
 size_t lend_limit_now(size_t mine) {
@@ -111,9 +108,9 @@ void note_miss(CpuMeta& m, unsigned cls) {
 // `keep` lately, or has stopped missing. Lock of c held. False when nothing could be
 // taken (or the thread left c). Without the hysteresis, and with two revolutions of the
 // clock that always found a victim, the 50 classes of rptest, all missing, passed
-// capacity back and forth: one steal per grow (500,000 in 16 s), each batch stolen
-// drained to the depot and refilled again, 25% of the run's time. The clock visits the
-// classes in `held` only (a walk of all 127 headers was 20% of rptest's time) and
+// capacity back and forth: one steal per grow, each batch stolen drained to the depot
+// and refilled again, a large share of the run's time. The clock visits the classes
+// in `held` only (a walk of every header was a large share too) and
 // kStealLooks of them a call, so that a miss where no class qualifies costs little; it
 // goes on from there next time.
 constexpr unsigned kStealLooks = 8;
@@ -145,7 +142,7 @@ bool steal(uint32_t c, CpuMeta& m, unsigned keep) USLAB_REQUIRES(m.lock) {
 }
 
 // The decay clock is read on every 8th miss of a CPU: a read on every refill and
-// drain (two a batch, plus the page heap's) was 6% of N x alloc / N x free at 1 KiB.
+// drain (two a batch, plus the page heap's) showed in N x alloc / N x free.
 void tick_every_few_misses(CpuMeta& m) {
   uint32_t k = m.misses.load(std::memory_order_relaxed) + 1;
   m.misses.store(k, std::memory_order_relaxed);
@@ -198,7 +195,7 @@ void on_miss(uint32_t c, unsigned cls, bool alloc, bool from_depot) {
     }
     if (m.capacity_bytes + need > limit) {
       // No class to take from: the next kStealWait misses do not look again (when
-      // all classes are busy, looking on every miss cost 10% of rptest's time).
+      // all classes are busy, looking on every miss showed in rptest's time).
       m.steal_wait[cls] = m.steal_wait[cls] ? m.steal_wait[cls] - 1 : kStealWait;
     } else {
       prepare_slots(c, m, cls, begin_of(cls) + cap + step);

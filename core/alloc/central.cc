@@ -67,8 +67,8 @@ void CentralList::add_free(ptrdiff_t d) {
 // Slabs for cls enough for `need` objects (kMaxFreshSlabs at most): pages from the
 // page heap, descriptor and page map filled in before any other thread can see them,
 // without the class lock; then on the partial list under it, which is held on return.
-// Several come from one page-heap lock (a refill of 16 objects of 1 KiB carved two
-// slabs of 8, each under its own lock, and took the class lock again for each).
+// Several come from one page-heap lock (a refill larger than a slab carved each slab
+// under its own lock, and took the class lock again for each).
 size_t CentralList::carve_slabs(unsigned cls, size_t need) {
   note_shard_used(shard());
   page_heap_set_spare_reclaim(central_reclaim_spares);  // spares come from carved slabs
@@ -282,8 +282,7 @@ size_t CentralList::free_batch(unsigned cls, void* const* ptrs, size_t n, bool r
   const bool poison = poisoned_class(cls);
   // The objects of one slab in a row (the usual batch) are counted in registers and
   // their bitmap word is written once per word: a load-or-store per object chained
-  // the loop through store forwarding (free_batch: 18% of N x alloc/free at 64 B, 10%
-  // after).
+  // the loop through store forwarding.
   Span* s = nullptr;
   SlabRange slab;
   uint64_t* bitmap = nullptr;  // s's
@@ -394,8 +393,8 @@ void central_release_all_spares() {
 
 size_t central_reclaim_spares(unsigned shard) {
   // The node's other shards too: a thread that moved to another CPU leaves the
-  // spares of the shard it left (deferred frees, done on another CPU: a footprint of
-  // 80 MiB against 42 with this shard's alone).
+  // spares of the shard it left (deferred frees, done on another CPU, nearly doubled
+  // the footprint with this shard's alone).
   size_t n = 0;
   for_each_shard_used([&](unsigned sh) {
     if (node_of_shard(sh) != node_of_shard(shard)) return;

@@ -10,8 +10,8 @@
 // A shard with no free object left borrows from another shard of its node before it
 // carves a slab, when that one has a surplus (kLendReserveSlabs slabs' worth beyond
 // the request) and its lock is free: a thread that moved to another CPU would
-// otherwise fill new slabs while its old shard's sit mostly free (+75% resident
-// memory in test/stress/migrate_reuse.c, +2.4% with borrowing). The objects stay
+// otherwise fill new slabs while its old shard's sit mostly free
+// (test/stress/migrate_reuse.c). The objects stay
 // their slab's shard's; freed, they go back there.
 //
 // Locking: each CentralList's lock guards its partial list, its spares, the bitmap,
@@ -35,8 +35,8 @@
 // decay tick, or until a page heap of its node has no free span that fits (it takes
 // them back first: central_reclaim_spares), or a trim: a program that allocates and frees the
 // same objects in phases (N x alloc, N x free) carves each slab once, where giving
-// every empty slab to the page heap and carving it again cost about 490 instructions
-// a slab of 8 objects of 1 KiB (split, descriptor, page map, coalescing, free lists).
+// every empty slab to the page heap and carving it again costs a split, a descriptor,
+// the page map, coalescing and the free lists each time.
 // Held as spares or as free pages, the memory is the same until the tick.
 //
 // A slab's bitmap is also the double-free detector: freeing an object whose bit is
@@ -138,14 +138,13 @@ extern CentralList g_central[kMaxShards][kMaxClasses];
 // slabs they share with these from being released, so a big total after a peak is
 // memory waiting to be returned once the decay tick drains the caches: past
 // kBackgroundStartBytes it wants the background thread (background.h). After a
-// 10 MB peak of small objects freed in random order (test/stress/idle_return.c,
-// objects=40000) each page heap held less than the mark free, the rest of the freed
-// slabs pinned by cached objects, and a program going idle kept it all (with a 1 MiB
-// budget, a 25 MB peak left 24 MB pinned by 3 MB of cached objects).
+// peak of small objects freed in random order (test/stress/idle_return.c) each page
+// heap held less than the mark free, the rest of the freed slabs pinned by cached
+// objects, and a program going idle kept it all.
 // Each class adds to its shard's count in steps of kFreeBytesStep (what it holds free,
 // rounded down), so the count is below the truth by less than a step a class: a
-// locked add on every batch had most of take_partial's samples in N x alloc of 512 B
-// (without it N x alloc of 256 B - 4 KiB took 0.6-1.6 cycles fewer, 8-13%).
+// locked add on every batch had most of take_partial's samples in N x alloc of 512 B,
+// and N x alloc of mid-size objects was faster without it.
 constexpr size_t kFreeBytesStep = size_t{64} << 10;
 struct alignas(64) ShardFreeBytes {
   std::atomic<int64_t> bytes{0};
@@ -163,8 +162,8 @@ extern ShardSpareClasses g_central_spare_classes[kMaxShards];
 // The shards that ever carved a slab of each class (a bit per shard; bits are only
 // set, when a slab is carved, before its objects are handed out). With one bit, every
 // object of the class is that shard's whoever holds it, and a drain need not look up
-// each object's slab to find its owner (depot_give). One thread on a machine of two
-// shards: N x free of 16 B 13.4 -> 12.2 cycles, 256 B 17.8 -> 15.9, 2 KiB 25.4 -> 22.6.
+// each object's slab to find its owner (depot_give), a look-up per object that a
+// drain of one thread's own objects would otherwise pay.
 extern std::atomic<uint64_t> g_central_class_shards[kMaxClasses];
 static_assert(kMaxShards <= 64, "a bit per shard");
 

@@ -136,16 +136,14 @@ inline uint32_t batch_size(unsigned cls) { return class_info(cls).batch; }
 // the miss and the section's setup are paid once for more objects, while the objects
 // stay cached (they only move between the CPU and the depot); a move of more than half
 // would empty or fill the sheaf at once. Four rather than two: N x alloc and N x free
-// of 8-32 B 0.2-0.7 cycles faster on the Intel VM, `bench rss` unchanged.
+// of small objects faster, `bench rss` unchanged.
 constexpr size_t kSheavesPerMove = 4;
 constexpr size_t kMaxRefill = kSheavesPerMove * kMaxBatch;
 
 // Objects a per-CPU drain gives when the depot has no room for a sheaf, so that they
 // go on to the slabs: two batches (kMaxBatch at most). The class lock costs the same
-// for 16 objects of 2 KiB as for 8: N x free of 2 KiB 23.9 -> 16.1 cycles; `bench/rss
-// frag`'s peak unchanged (28 alternated runs). Refills from the slabs take one batch:
-// two took espresso's peak RSS from 4.4 to 5.0 MiB for 2.2 cycles of N x alloc at
-// 2 KiB, 4.6 at 4 KiB.
+// for two batches as for one, and `bench rss frag`'s peak did not change. Refills
+// from the slabs take one batch: two raised espresso's peak RSS for little speed.
 inline uint32_t slab_drain_size(unsigned cls) {
   return std::min(2 * batch_size(cls), static_cast<uint32_t>(kMaxBatch));
 }
@@ -154,10 +152,9 @@ inline uint32_t slab_drain_size(unsigned cls) {
 // the shards that ever held memory, but at least 64 KiB per shard (and one sheaf);
 // none with the poison option. Without the sharing, a class's depots would hold
 // 256 KiB on every CPU of a big machine; shared over all the machine's shards, a
-// program running on one CPU of 16 kept 64 KiB a class, and a request of 2 MiB of
-// 16 B - 2 KiB objects (`bench requests`) sent most of what it freed to the slabs and
-// took it back from there (1.7x tcmalloc's time, 1.26x with the bound shared over the
-// shards used).
+// program running on one CPU of many kept too little a class, and a server's request
+// (`bench requests`) sent most of what it freed to the slabs and took it back from
+// there.
 // Each class's bound is kept with the count of shards used it was computed for
 // (g_depot_bound: that count in the high half, the bound in the low): a drain asks
 // for it up to three times, and each time took two divisions. An entry made for

@@ -10,9 +10,9 @@
 // and central lists (.bss arrays indexed by shard, 10 pages a shard) are read before
 // they are written: a page heap searches its free lists, under its lock but before
 // it holds any span; other shards read a central list's count of free objects
-// without its lock when they look for objects to borrow. On the 2-CPU VM each such
-// page cost 15–60 k cycles on both threads; they made the concurrent test's first
-// frees of 32-byte objects 1.3x jemalloc's cycles (0.9x once prepared). A shard is
+// without its lock when they look for objects to borrow. Each such page stalls
+// both threads, enough to make a concurrent program's first frees slower than
+// jemalloc's (faster once prepared). A shard is
 // prepared (MADV_POPULATE_WRITE, os::populate) when a CPU of it misses for the first
 // time (percpu.cc, which backs the CPU's own metadata and sheaf slots too) or a
 // thread cache is given it (thread_cache.cc). The depots are not: each is written
@@ -41,7 +41,7 @@ inline void prepare_shard(unsigned sh) {
 }
 
 // The bytes prepare_shard made resident (statistics: uslab's own metadata). A thread
-// that runs on every CPU of a 64-CPU machine prepares 64 shards: 2.5 MiB.
+// that runs on every CPU of a big machine prepares every shard.
 size_t prepared_shard_bytes();
 
 inline bool shard_prepared(unsigned sh) {

@@ -4,11 +4,10 @@
 // largest span) was freed, kept mapped and resident for decay_ms, so that a program
 // that allocates and frees blocks of many MiB in a loop reuses them instead of
 // faulting fresh zero pages in every time (glibc avoids that storm by raising its
-// mmap threshold; jemalloc and mimalloc were measured taking 15x and 6.5x glibc's
-// time on it). At most a quarter of the rest of the heap's mapped bytes (what a
-// program is likely to reuse: one whose huge blocks are a small part of its heap
-// keeps no peak's worth of them beside it, as sqlite3 did with 63 MB at exit on a
-// 274 MB peak), but kHugeCacheMinBytes whatever the heap, and kHugeCacheBytes at
+// mmap threshold; jemalloc and mimalloc were measured many times slower than glibc
+// on it). At most a quarter of the rest of the heap's mapped bytes
+// (what a program is likely to reuse: one whose huge blocks are a small part of its
+// heap keeps no peak's worth of them beside it, as sqlite3 did at exit), but kHugeCacheMinBytes whatever the heap, and kHugeCacheBytes at
 // most; each at most kHugeCacheEntryBytes;
 // the oldest go first, and the decay tick and malloc_trim unmap them. A request none
 // fits takes the largest to grow (huge_cache_take_largest): kept blocks never add to

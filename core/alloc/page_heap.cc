@@ -196,7 +196,7 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
     Span* s = other.alloc_locked(npages, align_pages, kind, zeroed, false, objects);
     // Its dirty holes are too short for the request, as this heap's own that the
     // growth below purges: without this, a program that migrated to another CPU
-    // kept the holes of the heap it left resident (fragmentation peak +30 MiB).
+    // kept the holes of the heap it left resident (a higher fragmentation peak).
     if (!s) other.purge_short(npages + align_pages - 1, false);
     other.lock_.unlock();
     if (s) return s;
@@ -643,8 +643,8 @@ void PageHeap::use_pages(Segment* seg, const char* fresh, size_t npages, ObjectS
   if (before == 0) return;
   // A segment found sparse is measured again a decay tick later, not at every fill:
   // a program that empties and fills a segment without touching its objects (`bench
-  // micro`'s N x alloc of 1 KiB: 16 mincore walks of 4 MiB a round of 10000
-  // objects) paid 13% of its time in the kernel's page-table walk.
+  // micro`'s N x alloc of 1 KiB: several mincore walks a round) paid a good part of
+  // its time in the kernel's page-table walk.
   const uint64_t now = os::now_ms();
   if (seg->sparse_at_ms && now - seg->sparse_at_ms < decay_tick_ms()) return;
   const size_t all = os::resident_bytes(seg->page_addr(1), kMaxPages * kPageSize);

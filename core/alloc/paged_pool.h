@@ -8,8 +8,8 @@
 // fresh ones, so the pages emptied after a peak stay empty; purge() returns those that stayed
 // wholly free for the age its owner gives (a page heap: one decay tick) (MADV_DONTNEED), and a
 // purged page is carved again when it is needed; a chunk whose pages are all purged is unmapped. A
-// MetaPool's single free list cannot do that: after a peak of 240 MiB of slabs, 3.3 MiB of
-// descriptors stayed resident.
+// MetaPool's single free list cannot do that: after a peak of slabs, their descriptors
+// stayed resident.
 //
 // Locking: none of its own. The owner's lock guards every call (a page heap's: its
 // descriptors are only made and dropped under it); a lock of the pool's own cost

@@ -144,12 +144,11 @@ void push_or_give(unsigned here, unsigned cls, void** buf, size_t n) {
 
 // The L2 size (512 KiB … 4 MiB), and no more than a 16 MiB share for `cpus` CPUs
 // (at least 1 MiB): with 16 CPUs of 2 MiB each, the sheaves of a larson-style
-// server held 1.8x jemalloc's peak RSS; 1 MiB each made it even at the same speed.
-// A program with every class in use wants more: one batch of each of the 52 classes
-// up to 16 KiB is about 1.4 MiB, and with 512 KiB rptest stole capacity on 97% of
-// its grows (1.2-1.4x the memory ops per CPU second with a 1 MiB floor, 2 CPUs). Not
-// taken: with it, `bench rss` frag came back in 1.4-1.9 s instead of 0.9-1.0 s at
-// decay_ms=1000 in 2 runs of 6 (0 of 6 with 512 KiB).
+// server held far more than jemalloc's peak RSS; 1 MiB each made it even at the same
+// speed. A program with every class in use wants more: one batch of each class up to
+// 16 KiB is over 1 MiB, and with 512 KiB rptest stole capacity on nearly every grow
+// (faster with a 1 MiB floor). Not taken: with that floor, `bench rss` frag came back
+// later than decay_ms in some runs.
 size_t default_budget(uint32_t cpus) {
   size_t b = topology_in_use().l2.bytes;
   if (b < (size_t{512} << 10)) b = size_t{512} << 10;
@@ -251,8 +250,8 @@ size_t sheaves_per_move(uint32_t c, unsigned cls) {
 }  // namespace
 
 void* percpu_refill(uint32_t c, unsigned cls) {
-  // The miss first: taking the batch before it cost 15 cycles an object in N x alloc
-  // at 2 KiB (AMD EPYC), for the same work.
+  // The miss first: taking the batch before it was slower in N x alloc (AMD EPYC),
+  // for the same work.
   Depot& depot = g_depot[shard_of_cpu(c)][cls];
   on_miss(c, cls, true, depot.has_full());
   void* buf[kMaxRefill];
@@ -447,8 +446,7 @@ bool drain_cpu(uint32_t c, CpuMeta& m, const HeaderSet& set) USLAB_REQUIRES(m.lo
 // Empties CPU c's sheaves of the classes in `set` (its lock held) into the slabs;
 // their capacity stays. Objects a class keeps cached while it is in use are scattered
 // over slabs that are otherwise free: after a peak freed in random order, the batch
-// each class kept for light activity pinned 2.2 MB of slabs for 175 KB of objects
-// (RSS 4.0-4.2 MiB above the level before the peak; 2.1-3.2 when emptied). The next
+// each class kept for light activity pinned ten times its bytes in slabs. The next
 // refill takes from the slabs that live objects pin. Done on a detached sheaf, whose
 // header is then stored back (no section can commit on a header of 0, see percpu.h).
 void trim_cpu(uint32_t c, const HeaderSet& set) {
@@ -518,8 +516,8 @@ namespace {
 
 // Gives back CPU c's slot pages that no open sheaf uses (its lock held): a thread that
 // moved over the CPUs of a big machine left every region it passed with its slot pages
-// resident after their sheaves were drained (on 64 CPUs, about 2.7 MiB for one
-// single-threaded program: idle_return never came back within 2 MiB of its start).
+// resident after their sheaves were drained (on 64 CPUs, a single-threaded
+// program's idle_return never came back near its start).
 // Page 0 stays (headers, hit counters). A closed sheaf's slots read as 0 once purged,
 // as they did before they were first written; prepare_slots backs them again when a
 // sheaf reopens (every reopening holds this lock).

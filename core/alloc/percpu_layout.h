@@ -88,7 +88,7 @@ extern uint8_t g_percpu_one_node USLAB_HIDDEN;
 inline const char* sheaf_form_name() { return g_percpu == kSheafBase ? "base" : "index"; }
 // Whether one of the two holds kSheafIndex, as one compare of the byte in memory: the
 // compiler would load it into a register to test it twice, one instruction more on
-// the index form's path (0.6 cycles of the pair's 8.2 on AMD Zen 4).
+// the index form's path, where it shows in the pair's time.
 inline bool holds_index_form(const uint8_t& flag) {
 #if defined(__x86_64__)
   __asm__ goto("cmpb %[index], %[flag]\n\tjne %l[other]"

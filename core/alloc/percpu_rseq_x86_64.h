@@ -69,10 +69,9 @@ static_assert(kRseqSig == 0x53053053, "the signature below is spelled out in asm
 // The fast paths' two forms. Each pop reads the header and slot the push before it
 // wrote, and each push the header the pop before it wrote, so the pair's time is a
 // chain of stores forwarded to loads. AMD Zen 4 forwards them fastest when the load
-// names the same base+index operand as the store, and loses about 1.5 cycles a pair
-// to a lea on that chain; Intel Emerald Rapids forwards a base+index operand slowly:
-// 24 cycles a pair, against 16 when header and slot are reached through registers
-// computed first. g_percpu names the form in use. Each form leaves the compiler
+// names the same base+index operand as the store, and loses time to a lea on that
+// chain; Intel Emerald Rapids forwards a base+index operand slowly, and is faster
+// when header and slot are reached through registers computed first. g_percpu names the form in use. Each form leaves the compiler
 // a caller-saved register for cls (with none, malloc saved one on the stack).
 
 // Pop one object of class cls from the current CPU's sheaf. The hit counter is

@@ -50,7 +50,7 @@ bool sample_carry(uint32_t c, CpuMeta& m, unsigned cls, bool retry) {
 
 // Whether a carry while sampling gives the decay clock its notice: once per 4096
 // pops, as without sampling, whose legs are shorter (a notice on every carry of a
-// 4 KiB class, one per 128 pops, was 1.3% of a malloc/free loop). Lock held.
+// big class, one per 128 pops, showed in a malloc/free loop). Lock held.
 bool sample_paced_notice(CpuMeta& m) {
   if (m.sample_pops < kHitsPerCarry) return false;
   m.sample_pops = 0;
@@ -63,7 +63,7 @@ bool sample_paced_notice(CpuMeta& m) {
 // what it allocates) was never sampled. True when it is the sampled one.
 // The count is added without the lock, as the fast path adds it (the lock never kept
 // that add out): only a carry, once in a leg, takes it. Taking it on every refill
-// cost N x alloc of 16 B 0.5 cycles an object while the guard sampled by default.
+// showed in N x alloc of small objects while the guard sampled by default.
 // A re-arm that stores the counter meanwhile may lose this pop from the schedule.
 bool sample_miss(uint32_t c, unsigned cls) {
   auto* h = reinterpret_cast<uint16_t*>(region_of(c) + kHitsOffset);

@@ -83,7 +83,7 @@ double one_minus_exp_neg(double y) {
   int k = static_cast<int>(y * (1 / kLn2));
   double r = y - k * kLn2;  // exp(-y) = 2^-k exp(-r), r in [0, ln 2)
   // exp(-r) by its Taylor series to r^13 (error < 1e-13), Horner's rule with the
-  // reciprocals precomputed: a division per term was 11% of a sampling-heavy loop.
+  // reciprocals precomputed: a division per term showed in a sampling-heavy loop.
   static constexpr double kInv[] = {1.0,      1.0 / 2,  1.0 / 3, 1.0 / 4, 1.0 / 5,
                                     1.0 / 6,  1.0 / 7,  1.0 / 8, 1.0 / 9, 1.0 / 10,
                                     1.0 / 11, 1.0 / 12, 1.0 / 13};

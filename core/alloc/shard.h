@@ -2,9 +2,8 @@
 // a page heap, and on which NUMA node their memory lives.
 //
 // With one depot and one central slab list per class for the whole process, every
-// refill and drain of every CPU takes the same lock: on 16 CPUs the seed concurrent
-// test (every CPU allocates then frees 10000 objects) spent 2-30x jemalloc's cycles
-// waiting for it. A shard is a group of `shard_cpus` CPUs of one NUMA node with its
+// refill and drain of every CPU takes the same lock: on 16 CPUs a concurrent test
+// (every CPU allocates then frees its objects) spent most of its time waiting for it. A shard is a group of `shard_cpus` CPUs of one NUMA node with its
 // own depot and central list per class (g_depot[shard][cls], g_central[shard][cls])
 // and its own page heap (g_page_heap[shard]), as SLUB gives each CPU its own partial
 // slabs and jemalloc spreads threads over arenas. A Node is the set of shards of

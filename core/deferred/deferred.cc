@@ -288,9 +288,8 @@ bool poll(bool wait) {
   return true;
 }
 
-// A poll starts a grace period (a membarrier: 0.3 µs alone, 1.7 µs with another
-// thread running, on the 2-core test machine), so a seal polls only once this many
-// blocks wait; the decay tick, malloc_trim and the background thread seal what is
+// A poll starts a grace period (a membarrier: costlier with other threads running),
+// so a seal polls only once this many blocks wait; the decay tick, malloc_trim and the background thread seal what is
 // left open and poll.
 constexpr size_t kPollBlocks = 2;
 

@@ -10,9 +10,9 @@
 // slabs of other sizes there waste their tail). The rounding waste stays under 25%
 // above 128 bytes (129 → 160 wastes 24%) and under 12.5% from 1 to 16 KiB, where real
 // programs ask for a power of two plus a header: SQLite's page cache entries are
-// 4096 + 272 bytes, its other buffers 1024 + 8 and 4096 + 8; at 5120 and 1280 bytes
-// they wasted 17-25%, and an in-memory database peaked at 263 MB (236 MB with eight
-// steps from 1 KiB, 250 from 2 KiB, 234 from 256 bytes; tcmalloc 221, jemalloc 244).
+// 4096 + 272 bytes, its other buffers 1024 + 8 and 4096 + 8; with four steps per
+// power of two there they rounded up to 5120 and 1280 bytes, and an in-memory
+// database peaked above tcmalloc and jemalloc.
 // It costs 16 object-cache classes. Every class from 16 up is a multiple of 16, so
 // results are 16-byte aligned.
 // Class 0 means "not a small class" (large allocations, free spans).
@@ -98,10 +98,9 @@ constexpr SizeClassInfo make_info(uint32_t size, size_t max_sheaf = kMaxSheafCap
   // Shortest slab with at least 8 objects (fewer above 4 KiB: 16 KiB's worth, down to
   // 1: a slab of big objects stays pinned by any one survivor, so they get small
   // slabs, as jemalloc serves them from page runs) and at most 1/16 of it wasted. The
-  // fragmentation workload's peak: 244-246 MiB with 8 objects down to 2 from 8 KiB,
-  // 230-234 with that from 4 KiB, 217-222 with 16 KiB's worth (jemalloc 215; N x
-  // alloc at 16-32 KiB 1.5x the cycles, a third of jemalloc's); 4 objects from 2 KiB
-  // up (226 MiB then) cost 1.2-1.4x at 4 KiB, and was not taken.
+  // fragmentation workload's peak fell the smaller the slabs of big objects, to near
+  // jemalloc's with 16 KiB's worth (N x alloc of 16-32 KiB slower, still faster than
+  // jemalloc); 4 objects from 2 KiB up cost more time than it saved, and was not taken.
   size_t min_objs =
       size > 4096 ? (16384 / size > 1 ? 16384 / size : 1) : (32768 / size > 8 ? 8 : 32768 / size);
   uint16_t best_pages = 0;
@@ -124,8 +123,8 @@ constexpr SizeClassInfo make_info(uint32_t size, size_t max_sheaf = kMaxSheafCap
   c.inv = inverse_odd(size >> c.tz);
   c.tcache_cap = clamp16(32768 / size, 4, 256);
   // About 16 KiB per batch, at least 8 objects up to 64 KiB (a refill or drain of
-  // 4 KiB objects every 4 made N x free 1.5x slower: 52 -> 34 cycles with 8, and
-  // 108 -> 57 at 8 KiB); a CPU may cache up to 256 KiB of one class.
+  // 4 KiB objects every 4 made N x free much slower than every 8); a CPU may cache up
+  // to 256 KiB of one class.
   size_t few = 65536 / size < 8 ? 65536 / size : 8;
   c.batch = clamp16(16384 / size > few ? 16384 / size : few, 2, kMaxBatch);
   c.sheaf_cap = clamp16(262144 / size, 16, max_sheaf);

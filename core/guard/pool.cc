@@ -22,7 +22,7 @@ namespace {
 __thread bool t_busy __attribute__((tls_model("initial-exec")));
 
 // Which end of its pages an object takes: a thread's xorshift, seeded from getrandom
-// once (a getrandom call per guarded allocation was 3% of its time).
+// once (a getrandom call per guarded allocation showed in its time).
 __thread uint64_t t_side __attribute__((tls_model("initial-exec")));
 bool at_start_of_pages() {
   uint64_t x = t_side ? t_side : os::random_u64();
@@ -121,7 +121,7 @@ void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
   if (t_busy) return nullptr;
   t_busy = true;
   // The unwinder is opened at the first guarded sample, not at start-up (dlopen of
-  // libunwind and libgcc_s took 0.3 ms of every process's start); libgcc's, unless the
+  // libunwind and libgcc_s was a large part of every process's start); libgcc's, unless the
   // profiler opened libunwind (stack.h: its pipe).
   prof::stack_init(false);
   prof::Stack st;

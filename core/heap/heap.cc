@@ -102,8 +102,8 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
   Segment* cached = reusable ? huge_cache_take(npages << kPageShift, shard) : nullptr;
   if (!cached && reusable) {
     // None fits: the largest kept block grows into this one (a vector that doubles
-    // kept every smaller block it left resident beside the new one: 200 MiB grown
-    // in 4 KiB steps peaked at 331 MB, glibc 265).
+    // kept every smaller block it left resident beside the new one, and peaked well
+    // above glibc).
     if (Segment* old = huge_cache_take_largest(shard)) {
       cached = resize_huge_admitted(old, npages << kPageShift, true);
       if (!cached) huge_segment_destroy(old);

@@ -66,9 +66,9 @@ struct Config {
   // Guarded sampling (core/guard/guard.h): an allocation every guard_sample bytes on
   // average (0: none) gets a slot of its own among guard_slots, between inaccessible
   // pages; a fault on one is reported and aborts, or with guard_recover the program
-  // goes on (once per slot). A guarded allocation and its free cost about 12 µs
-  // (mprotect, madvise, the stack); at 16 MiB, N x alloc of 4 KiB objects took 1.4x
-  // its cycles, at 256 MiB 1.2x, at 1 GiB no measurable change (bench/RESULTS.md).
+  // goes on (once per slot). A guarded allocation and its free cost system calls
+  // (mprotect, madvise) and a stack; the default mean is the smallest whose cost did
+  // not show in N x alloc (bench/RESULTS.md).
   uint64_t guard_sample = uint64_t{1} << 30;
   uint64_t guard_slots = 512;
   bool guard_recover = false;

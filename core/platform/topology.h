@@ -7,8 +7,7 @@
 //    (possible CPUs, the NUMA nodes and CPU → node map) is what start-up pays: two
 //    small sysfs reads on a machine with one node. Cache sizes come separately, from
 //    cpuid, when the first allocation sizes the per-CPU caches (in a VM each cpuid
-//    traps: ~10 µs for the probe, which a process that never allocates, /bin/true,
-//    does not pay). The full form adds the cache sizes, the online and allowed CPUs
+//    traps: a cost a process that never allocates, /bin/true, does not pay). The full form adds the cache sizes, the online and allowed CPUs
 //    and how many CPUs share each cache, for `uslab topology`, the stats and the
 //    agreement test.
 //  - hwloc (topology_hwloc.cc), loaded with dlopen only when asked for, so that

@@ -4,9 +4,9 @@
 // program. Stacks are unwound from the .eh_frame tables, so they are right in
 // programs built without frame pointers (Debian's python3, cc1plus): with
 // libunwind's unw_backtrace where libunwind.so.8 is installed (it caches each
-// return address's frame layout per thread: a sample cost 0.3 µs in all, against
-// 1.7 µs with libgcc's unwinder, which interprets the call frame information of every
-// frame every time), else libgcc_s's _Unwind_Backtrace; both opened with dlopen by
+// return address's frame layout per thread: a sample cost several times less than
+// with libgcc's unwinder, which interprets the call frame information of every frame
+// every time), else libgcc_s's _Unwind_Backtrace; both opened with dlopen by
 // stack_init, so that libuslab.so needs libc alone. Without either, frame pointers
 // are walked.
 // The frames inside uslab (the profiler, the allocator, the shim) are dropped: the

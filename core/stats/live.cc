@@ -7,8 +7,8 @@
 // /proc/PID/maps names it), made when the background thread starts, by the thread
 // that starts it, inside its allocator call (the descriptor, open for an instant,
 // cannot shift the number that thread's next open() gets) or in the constructor:
-// a process that never has the thread pays nothing (a memfd costs 15-25 us, 1.2-1.5%
-// of /bin/true's start under uslab). Nothing is written to it before a reader asks:
+// a process that never has the thread pays nothing (a memfd is a visible share of
+// /bin/true's start under uslab). Nothing is written to it before a reader asks:
 // its pages cost nothing in a process nobody watches. The layout below is the
 // readers' contract (docs/LIVE.md); a change to it changes kMagic.
 //
