@@ -17,8 +17,8 @@
 // big arrays of them (depots, central lists) stay in .lbss. Mutexes outside the
 // allocator (tests) are made with kUnranked. With USLAB_DEBUG_CHECKS (meson
 // -Ddebug_checks=true, the sanitizer and fuzz builds), lock() checks the rank order
-// and that the lock is registered (lock_order_enter/exit, a small per-thread stack of
-// the locks held), and held() backs the *_locked functions' USLAB_DCHECKs.
+// and that the lock is registered (lock_order_enter/exit in mutex.cc, a small
+// per-thread stack of the locks held), and held() backs the *_locked functions' USLAB_DCHECKs.
 #pragma once
 
 #include <atomic>

@@ -81,8 +81,6 @@ ALLOWED_CIRCLES = {
     ("core/platform/config", "core/platform/os"):
         "the OS page is configurable (os_page): the first page_size() reads the "
         "configuration, which reads the environment through os",
-    ("core/platform/lock_table", "core/platform/mutex"):
-        "every Mutex checks its rank in the lock table, which lists every Mutex for fork",
 }
 
 
