@@ -14,8 +14,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_total, check_failed;
+
+/* The OS page uslab works with: the kernel's, or a larger one USLAB_CONF's os_page
+ * asks for (65536, 16k...). */
+static inline size_t uslab_os_page(void) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const char *conf = getenv("USLAB_CONF"), *at = conf ? strstr(conf, "os_page=") : NULL;
+  if (at) {
+    char *end;
+    size_t v = strtoul(at + 8, &end, 0);
+    if (*end == 'k' || *end == 'K') v <<= 10;
+    if (v > page) page = v;
+  }
+  return page;
+}
 
 #define CHECK(cond)                                                              \
   do {                                                                           \

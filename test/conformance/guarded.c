@@ -17,14 +17,6 @@
 
 enum { kSize = 64, kLarge = 40000 }; /* kLarge: a large object, guarded up to 64 KiB */
 
-/* The OS page uslab works with: the kernel's, or a larger one os_page asks for. */
-static size_t os_page(void) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  const char *conf = getenv("USLAB_CONF"), *at = conf ? strstr(conf, "os_page=") : NULL;
-  if (at && strtoul(at + 8, NULL, 0) > page) page = strtoul(at + 8, NULL, 0);
-  return page;
-}
-
 __attribute__((noinline)) char *alloc_site(size_t n) {
   char *p = malloc(n);
   __asm__ volatile("" : : "r"(p) : "memory");
@@ -212,7 +204,7 @@ int main(int argc, char **argv) {
     /* A far overflow: 4 KiB past the end, in the guard whichever end of its pages
        the object takes; with larger OS pages half a page, in the guard or in the
        object's page (found at free), and nearer to it than to the next slot's. */
-    p[kSize + (os_page() == 4096 ? 4096 : os_page() / 2)] = 7;
+    p[kSize + (uslab_os_page() == 4096 ? 4096 : uslab_os_page() / 2)] = 7;
     free_site((void *)p);
   } else if (!strcmp(what, "underflow")) {
     p[-1] = 7;

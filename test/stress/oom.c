@@ -12,29 +12,13 @@
 #include <malloc.h>
 #include <sched.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include "bench/proc_self.h"
 #include "test/common/check.h"
 
 enum { kMax = 1 << 20 };
 
-/* The OS page uslab works with: USLAB_CONF's os_page (16k, 65536...), else the kernel's. */
-static long os_page(void) {
-  long page = sysconf(_SC_PAGESIZE);
-  const char *conf = getenv("USLAB_CONF");
-  const char *at = conf ? strstr(conf, "os_page=") : NULL;
-  if (at) {
-    char *end;
-    long v = strtol(at + 8, &end, 10);
-    if (*end == 'k' || *end == 'K') v <<= 10;
-    if (v > page) page = v;
-  }
-  return page;
-}
 static unsigned char *blocks[kMax];
 
 /* Allocates blocks of `size` until malloc fails; returns how many it got. */
@@ -153,7 +137,7 @@ int main(int argc, char **argv) {
      * two segments' worth. */
     int again = exhaust(1 << 20);
     if (again != nl) fprintf(stderr, "oom: %d large blocks after recovery, %d before\n", again, nl);
-    CHECK(again >= nl - (os_page() > 4096 ? 6 : 3));
+    CHECK(again >= nl - (uslab_os_page() > 4096 ? 6 : 3));
     release(again, 1 << 20);
     void *v = malloc(100);
     CHECK(v != NULL);

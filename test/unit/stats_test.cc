@@ -143,6 +143,19 @@ std::vector<size_t> numbers_of_line(const std::string& table, const std::string&
   return {};
 }
 
+// The numbers of the table's line that starts with `prefix` are, in order, the JSON's
+// values at `paths`.
+void same_numbers(const std::string& table, const std::string& prefix, const FlatJson& j,
+                  const std::vector<std::string>& paths) {
+  std::vector<size_t> t = numbers_of_line(table, prefix);
+  INFO("the table's line '" << prefix << "'");
+  REQUIRE(t.size() == paths.size());
+  for (size_t f = 0; f < paths.size(); f++) {
+    INFO(paths[f]);
+    CHECK(t[f] == j.num(paths[f]));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a snapshot's table and JSON document say the same numbers") {
@@ -164,55 +177,27 @@ TEST_CASE("a snapshot's table and JSON document say the same numbers") {
   size_t rows = 0;
   for (size_t n = 0; j.has("classes[" + std::to_string(n) + "].class"); n++, rows++) {
     const std::string at = "classes[" + std::to_string(n) + "].";
-    const size_t cls = j.num(at + "class");
     char prefix[16];
-    snprintf(prefix, sizeof prefix, "%5zu ", cls);
-    std::vector<size_t> t = numbers_of_line(table, prefix);
-    INFO("class " << cls);
-    REQUIRE(t.size() == 17);
-    const char* fields[] = {"class", "size",   "slabs",      "objects",  "active",  "cpu",
-                            "depot", "thread", "free",       "hits",     "refills", "drains",
-                            "depot_hits", "slab_out", "slab_in", "deferred", "remote"};
-    for (size_t f = 0; f < 17; f++) {
-      INFO(fields[f]);
-      CHECK(t[f] == j.num(at + fields[f]));
-    }
+    snprintf(prefix, sizeof prefix, "%5zu ", j.num(at + "class"));
+    same_numbers(table, prefix, j,
+                 {at + "class", at + "size", at + "slabs", at + "objects", at + "active",
+                  at + "cpu", at + "depot", at + "thread", at + "free", at + "hits",
+                  at + "refills", at + "drains", at + "depot_hits", at + "slab_out",
+                  at + "slab_in", at + "deferred", at + "remote"});
   }
   CHECK(rows >= 6);
 
   // The totals.
-  std::vector<size_t> cached = numbers_of_line(table, "cached:");
-  REQUIRE(cached.size() == 3);
-  CHECK(cached[0] == j.num("bytes.cached_cpu"));
-  CHECK(cached[1] == j.num("bytes.cached_depot"));
-  CHECK(cached[2] == j.num("bytes.cached_thread"));
-  std::vector<size_t> small = numbers_of_line(table, "small:");
-  REQUIRE(small.size() == 2);
-  CHECK(small[0] == j.num("bytes.small_slabs"));
-  CHECK(small[1] == j.num("bytes.small_allocated"));
-  std::vector<size_t> large = numbers_of_line(table, "large:");
-  REQUIRE(large.size() == 4);
-  CHECK(large[0] == j.num("bytes.large_allocated"));
-  CHECK(large[1] == j.num("huge_objects"));
-  CHECK(large[2] == j.num("bytes.huge_allocated"));
-  CHECK(large[3] == j.num("bytes.huge_kept"));
-  std::vector<size_t> pages = numbers_of_line(table, "pages:");
-  REQUIRE(pages.size() == 6);
-  CHECK(pages[0] == j.num("bytes.mapped"));
-  CHECK(pages[1] == j.num("bytes.resident"));
-  CHECK(pages[2] == j.num("bytes.free"));
-  CHECK(pages[3] == j.num("bytes.dirty"));
-  CHECK(pages[4] == j.num("bytes.returned"));
-  CHECK(pages[5] == j.num("bytes.metadata"));
-  std::vector<size_t> deferred = numbers_of_line(table, "deferred:");
-  REQUIRE(deferred.size() == 7);
-  CHECK(deferred[0] == j.num("deferred.pending"));
-  CHECK(deferred[1] == j.num("deferred.bytes_waiting"));
-  CHECK(deferred[2] == j.num("deferred.blocks"));
-  CHECK(deferred[3] == j.num("deferred.chained"));
-  CHECK(deferred[4] == j.num("deferred.freed"));
-  CHECK(deferred[5] == j.num("deferred.blocks_freed"));
-  CHECK(deferred[6] == j.num("deferred.grace_periods"));
+  same_numbers(table, "cached:", j, {"bytes.cached_cpu", "bytes.cached_depot", "bytes.cached_thread"});
+  same_numbers(table, "small:", j, {"bytes.small_slabs", "bytes.small_allocated"});
+  same_numbers(table, "large:", j,
+               {"bytes.large_allocated", "huge_objects", "bytes.huge_allocated", "bytes.huge_kept"});
+  same_numbers(table, "pages:", j,
+               {"bytes.mapped", "bytes.resident", "bytes.free", "bytes.dirty", "bytes.returned",
+                "bytes.metadata"});
+  same_numbers(table, "deferred:", j,
+               {"deferred.pending", "deferred.bytes_waiting", "deferred.blocks", "deferred.chained",
+                "deferred.freed", "deferred.blocks_freed", "deferred.grace_periods"});
   // The totals agree with the rows they are made from.
   size_t cpu_bytes = 0;
   for (size_t n = 0; n < rows; n++) {
