@@ -6,17 +6,17 @@
 
 namespace uslab {
 
-void* thread_cache_alloc_slow(unsigned cls) {
+void* thread_cache_alloc_slow(unsigned cls, Request r) {
   // The process's first allocation decides between per-CPU sheaves and these caches.
   if (t_cache == &g_empty_cache && !percpu_decided() && percpu_decide())
-    return percpu_alloc(cls);
-  return thread_cache_refill(cls);
+    return percpu_alloc(cls, r);
+  return thread_cache_refill(cls, r);
 }
 
-void* percpu_alloc_slow(unsigned cls) {
+void* percpu_alloc_slow(unsigned cls, Request r) {
   uint32_t c = percpu_usable_cpu();
-  if (c == kNoCpu) return thread_cache_alloc(cls);
-  return percpu_refill(c, cls);
+  if (c == kNoCpu) return thread_cache_alloc(cls, r);
+  return percpu_refill(c, cls, r);
 }
 
 void percpu_free_slow(void* p, unsigned cls) {

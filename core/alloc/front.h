@@ -23,16 +23,17 @@
 namespace uslab {
 
 // An object of class cls from this CPU's sheaf or this thread's cache, not yet the
-// program's (track.h: the profiler's hook takes one to hand out itself).
+// program's (track.h: the profiler's hook takes one to hand out itself); r: what the
+// program asked for, which a sampled allocation's hook sizes a guarded object by.
 template <bool Hot = false>
-inline void* take_object(unsigned cls) {
-  if (__builtin_expect(holds_index_form(g_percpu), 1)) return percpu_alloc_as<false>(cls);
+inline void* take_object(unsigned cls, Request r = kWholeClass) {
+  if (__builtin_expect(holds_index_form(g_percpu), 1)) return percpu_alloc_as<false>(cls, r);
   if constexpr (Hot) {
-    if (__builtin_expect(g_percpu != 0, 1)) return percpu_alloc_as<true>(cls);  // kSheafBase
+    if (__builtin_expect(g_percpu != 0, 1)) return percpu_alloc_as<true>(cls, r);  // kSheafBase
   } else {
-    if (g_percpu) return percpu_alloc_base(cls);
+    if (g_percpu) return percpu_alloc_base(cls, r);
   }
-  return thread_cache_alloc(cls);
+  return thread_cache_alloc(cls, r);
 }
 
 // Push a validated object of any class onto this CPU's sheaf (or its remote-node

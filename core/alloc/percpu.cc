@@ -198,11 +198,11 @@ bool percpu_decide() {
   return g_percpu;
 }
 
-void* percpu_alloc_retry(unsigned cls) { return percpu_alloc(cls); }
-void* percpu_alloc_base(unsigned cls) { return percpu_alloc_as<true>(cls); }
+void* percpu_alloc_retry(unsigned cls, Request r) { return percpu_alloc(cls, r); }
+void* percpu_alloc_base(unsigned cls, Request r) { return percpu_alloc_as<true>(cls, r); }
 void percpu_free_base(void* p, unsigned cls) { percpu_free_as<true>(p, cls); }
 
-void* percpu_alloc_tick(unsigned cls) {
+void* percpu_alloc_tick(unsigned cls, Request r) {
   // The carry banks the hits that wrapped the counter, less the one the retry below
   // counts again. Any CPU's bank will do (the statistics sum them): the thread may
   // have moved since.
@@ -223,7 +223,7 @@ void* percpu_alloc_tick(unsigned cls) {
   }
   if (notice) decay_notice();
   if (__builtin_expect(sampled, 0)) {
-    if (void* p = g_sample_hooks->small(cls)) return p;
+    if (void* p = g_sample_hooks->small(cls, r)) return p;
     // Declined (a client's re-entry, no slot free): served unsampled, by a pop the
     // hit counter does not count. A counted retry would carry at once where the next
     // sample is one allocation away (a mean of a few bytes), and be declined again.
@@ -232,7 +232,7 @@ void* percpu_alloc_tick(unsigned cls) {
                    [&](uint32_t cpu) { return percpu_pop_batch(cpu, cls, &p, 1); });
     if (p) return p;
   }
-  return percpu_alloc(cls);
+  return percpu_alloc(cls, r);
 }
 void percpu_free_retry(void* p, unsigned cls) { percpu_free(p, cls); }
 
@@ -249,7 +249,7 @@ size_t sheaves_per_move(uint32_t c, unsigned cls) {
 
 }  // namespace
 
-void* percpu_refill(uint32_t c, unsigned cls) {
+void* percpu_refill(uint32_t c, unsigned cls, Request r) {
   // The miss first: taking the batch before it was slower in N x alloc (AMD EPYC),
   // for the same work.
   Depot& depot = g_depot[shard_of_cpu(c)][cls];
@@ -261,7 +261,7 @@ void* percpu_refill(uint32_t c, unsigned cls) {
   bump(meta_[c].class_refills[cls]);
   if (n == 0) return os::fail_nomem();
   if (__builtin_expect(g_sampling, 0) && sample_miss(c, cls))
-    if (void* q = g_sample_hooks->small(cls)) {
+    if (void* q = g_sample_hooks->small(cls, r)) {
       push_or_give(shard_of_cpu(c), cls, buf, n);
       return q;
     }

@@ -73,8 +73,9 @@ constexpr uint32_t kNoCpu = ~uint32_t{0};
 // The CPU whose sheaves the calling thread may use now, or kNoCpu.
 uint32_t percpu_usable_cpu();
 // A miss of CPU c's sheaf of cls on allocation (c: percpu_usable_cpu's): the sheaf
-// refilled from the depot, one object returned (nullptr with ENOMEM).
-void* percpu_refill(uint32_t c, unsigned cls);
+// refilled from the depot, one object returned (nullptr with ENOMEM); r: what the
+// program asked for, for a sampling hook.
+void* percpu_refill(uint32_t c, unsigned cls, Request r);
 // A miss on free: p goes in, or with a batch of the sheaf's top objects to the depot.
 // False when the thread moved to another CPU meanwhile (nothing done: again).
 bool percpu_drain(uint32_t c, void* p, unsigned cls);

@@ -111,17 +111,17 @@ other:
 // abort calls the retry), GCC unrolled them several levels deep, a copy of each
 // section per level (34 pops in percpu_alloc_retry), each a descriptor the loader
 // relocates at start-up.
-void* percpu_alloc_slow(unsigned cls);
+void* percpu_alloc_slow(unsigned cls, Request r);
 void percpu_free_slow(void* p, unsigned cls);
-[[gnu::noinline]] void* percpu_alloc_retry(unsigned cls);
-void* percpu_alloc_tick(unsigned cls);  // a hit counter carried (see kHitsOffset)
+[[gnu::noinline]] void* percpu_alloc_retry(unsigned cls, Request r);
+void* percpu_alloc_tick(unsigned cls, Request r);  // a hit counter carried (see kHitsOffset)
 [[gnu::noinline]] void percpu_free_retry(void* p, unsigned cls);
 // The base form's pop and push (percpu_rseq.h), out of line: callers other than
 // malloc, free, new and delete (heap.h) reach them by a jump. Each copy of a section
 // inlined into a caller adds a descriptor the loader relocates at start-up; with
 // both forms inlined into every entry point they took two more pages, two more page
 // faults in every process (test/conformance/startup_faults.c).
-void* percpu_alloc_base(unsigned cls);
+void* percpu_alloc_base(unsigned cls, Request r);
 void percpu_free_base(void* p, unsigned cls);
 
 // ThreadSanitizer cannot see that a restartable section orders what the freeing

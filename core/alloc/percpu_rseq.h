@@ -41,20 +41,21 @@ namespace uslab {
 
 // The fast paths around each architecture's section (USLAB_POP_FORM and
 // USLAB_PUSH_FORM: an asm goto that leaves to abort, miss or tick).
-// Pop one object of class cls from the current CPU's sheaf in the form Base names.
+// Pop one object of class cls from the current CPU's sheaf in the form Base names
+// (r: what the program asked for, passed on to the slow paths).
 template <bool Base>
-inline void* percpu_alloc_as(unsigned cls) {
+inline void* percpu_alloc_as(unsigned cls, Request r = kWholeClass) {
   void* obj;
   USLAB_POP_FORM(Base);
   if (obj == nullptr) __builtin_unreachable();  // tested in the section
   sheaf_acquire(&obj, 1);
   return obj;
 abort:
-  return percpu_alloc_retry(cls);
+  return percpu_alloc_retry(cls, r);
 miss:
-  return percpu_alloc_slow(cls);
+  return percpu_alloc_slow(cls, r);
 tick:
-  return percpu_alloc_tick(cls);
+  return percpu_alloc_tick(cls, r);
 }
 // Push p onto the current CPU's sheaf of cls in the form Base names: to Miss when it
 // is full, the thread has no usable CPU or p is its top object already (a double
@@ -72,8 +73,8 @@ miss:
 
 // Pop one object of class cls from the current CPU's sheaf (the form g_percpu names;
 // aarch64 has one form, the index one).
-inline void* percpu_alloc(unsigned cls) {
-  return g_percpu == kSheafBase ? percpu_alloc_base(cls) : percpu_alloc_as<false>(cls);
+inline void* percpu_alloc(unsigned cls, Request r = kWholeClass) {
+  return g_percpu == kSheafBase ? percpu_alloc_base(cls, r) : percpu_alloc_as<false>(cls, r);
 }
 // Push p onto the current CPU's sheaf of cls, in the form g_percpu names.
 template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned)>
@@ -94,10 +95,12 @@ inline void percpu_free(void* p, unsigned cls) {
 #else  // no per-CPU mode (rseq_init_process says kNone): never called.
 
 template <bool Base>
-inline void* percpu_alloc_as(unsigned cls) {
-  return percpu_alloc_slow(cls);
+inline void* percpu_alloc_as(unsigned cls, Request r = kWholeClass) {
+  return percpu_alloc_slow(cls, r);
 }
-inline void* percpu_alloc(unsigned cls) { return percpu_alloc_slow(cls); }
+inline void* percpu_alloc(unsigned cls, Request r = kWholeClass) {
+  return percpu_alloc_slow(cls, r);
+}
 template <void (*Miss)(void*, unsigned), void (*Retry)(void*, unsigned)>
 inline void percpu_push_one(void* p, unsigned cls) {
   Miss(p, cls);

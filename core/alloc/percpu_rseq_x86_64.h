@@ -71,8 +71,10 @@ static_assert(kRseqSig == 0x53053053, "the signature below is spelled out in asm
 // chain of stores forwarded to loads. AMD Zen 4 forwards them fastest when the load
 // names the same base+index operand as the store, and loses time to a lea on that
 // chain; Intel Emerald Rapids forwards a base+index operand slowly, and is faster
-// when header and slot are reached through registers computed first. g_percpu names the form in use. Each form leaves the compiler
-// a caller-saved register for cls (with none, malloc saved one on the stack).
+// when header and slot are reached through registers computed first. g_percpu names
+// the form in use. Each form leaves the compiler a caller-saved register for cls and
+// one for the request the slow paths take (with none, malloc saved one on the stack):
+// the pop adds the region from memory, not from a register.
 
 // Pop one object of class cls from the current CPU's sheaf. The hit counter is
 // bumped before the commit: a section aborted after it counts one hit twice. The
@@ -109,7 +111,7 @@ static_assert(kRseqSig == 0x53053053, "the signature below is spelled out in asm
   __asm__ goto(USLAB_RSEQ_OPEN USLAB_RSEQ_ANY_CPU body USLAB_RSEQ_CLOSE          \
                : [obj] "=&a"(obj) /* the return register: no move after */       \
                : [rs] "r"(g_rseq_offset), [ncpu] "m"(g_cpu_count),               \
-                 [region] "r"(g_cpu_region), [cls] "r"(uint64_t{cls}),           \
+                 [region] "m"(g_cpu_region), [cls] "r"(uint64_t{cls}),           \
                  [hits] "i"(kHitsOffset), [step] "i"(kHitStep)                   \
                : "rcx", "rdx", "r8", "r9", "memory", "cc"                        \
                : abort, miss, tick)

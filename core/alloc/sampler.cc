@@ -23,10 +23,10 @@ struct Client {
 };
 Client g_clients[static_cast<unsigned>(SampleClient::kCount)] = {};
 
-void* dispatch_small(unsigned cls) {
+void* dispatch_small(unsigned cls, Request r) {
   const Client& c = g_clients[static_cast<unsigned>(sample_pick())];
   const SampleHooks* h = __atomic_load_n(&c.hooks, __ATOMIC_ACQUIRE);
-  return h && __atomic_load_n(&c.mean, __ATOMIC_RELAXED) ? h->small(cls) : nullptr;
+  return h && __atomic_load_n(&c.mean, __ATOMIC_RELAXED) ? h->small(cls, r) : nullptr;
 }
 constexpr SampleHooks kDispatch = {dispatch_small};
 

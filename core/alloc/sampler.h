@@ -46,11 +46,11 @@ extern uint64_t g_sample_bytes;  // the schedule's mean bytes between samples
 // in an older epoch (or never) arms them at its next carry, not a sample.
 extern uint32_t g_sample_epoch;
 
-// A client's side: `small` allocates class cls's object that was just sampled and
-// records it (nullptr when it cannot: the caller allocates the object as usual,
-// unrecorded).
+// A client's side: `small` allocates class cls's object that was just sampled, for
+// request r, and records it (nullptr when it cannot: the caller allocates the object
+// as usual, unrecorded).
 struct SampleHooks {
-  void* (*small)(unsigned cls);
+  void* (*small)(unsigned cls, Request r);
 };
 // The schedule's hook: hands each sample point to one client (see the top comment).
 extern const SampleHooks* g_sample_hooks;

@@ -115,13 +115,13 @@ bool sample_carry(ThreadCache* tc, unsigned cls, bool retry) {
 // An allocation the slow path serves (a miss, or a cache class, whose bins hold
 // nothing), counted in its class's sampling stream as a pop: p, or the sampled
 // object that replaces it (p goes back).
-void* sampled_or(ThreadCache* tc, unsigned cls, void* p) {
+void* sampled_or(ThreadCache* tc, unsigned cls, void* p, Request r) {
   CacheBin& b = tc->bins[cls];
   b.hits = static_cast<uint16_t>(b.hits + kHitStep);
   if (b.hits >= kHitStep) return p;
   banked_hits_[cls].fetch_add(kHitsPerCarry, std::memory_order_relaxed);
   if (!sample_carry(tc, cls, false)) return p;
-  void* q = g_sample_hooks->small(cls);
+  void* q = g_sample_hooks->small(cls, r);
   if (!q) return p;
   if (b.count < b.cap)
     bin_push(b, p);
@@ -176,7 +176,7 @@ USLAB_STARTUP_TEXT void thread_cache_sample_arm_mine() {
   if (t_cache != &g_empty_cache) arm_sampling(t_cache);
 }
 
-void* thread_cache_refill(unsigned cls) {
+void* thread_cache_refill(unsigned cls, Request r) {
   ThreadCache* tc = t_cache;
   if (tc == &g_empty_cache) {
     tc = create();
@@ -190,7 +190,7 @@ void* thread_cache_refill(unsigned cls) {
   if (b.cap == 0) {                // a cache class: straight to its slabs
     void* p;
     if (!g_central[tc->shard][cls].alloc_batch(cls, &p, 1)) return os::fail_nomem();
-    return __builtin_expect(g_sampling, 0) ? sampled_or(tc, cls, p) : p;
+    return __builtin_expect(g_sampling, 0) ? sampled_or(tc, cls, p, r) : p;
   }
   uint32_t want = b.cap / 2 ? b.cap / 2 : 1;
   b.count = static_cast<uint32_t>(g_central[tc->shard][cls].alloc_batch(cls, b.slots, want));
@@ -200,16 +200,16 @@ void* thread_cache_refill(unsigned cls) {
   // The decay clock (and what hangs on it) runs on slow paths; p is taken first, as
   // the tick may free objects into this thread's bins.
   if (tc->refills % 64 == 0) decay_notice();
-  return __builtin_expect(g_sampling, 0) ? sampled_or(tc, cls, p) : p;
+  return __builtin_expect(g_sampling, 0) ? sampled_or(tc, cls, p, r) : p;
 }
 
-void* thread_cache_alloc_tick(unsigned cls) {
+void* thread_cache_alloc_tick(unsigned cls, Request r) {
   // The bin is not empty (its counter only moves on a pop). The pop below counts
   // once more, hence one hit less banked.
   banked_hits_[cls].fetch_add(kHitsPerCarry - 1, std::memory_order_relaxed);
   if (__builtin_expect(g_sampling, 0)) {
     if (sample_carry(t_cache, cls, true)) {
-      void* p = g_sample_hooks->small(cls);
+      void* p = g_sample_hooks->small(cls, r);
       // Declined: served unsampled by a pop the counter does not count (as
       // percpu_alloc_tick does), unless the hook's own allocations emptied the bin.
       CacheBin& b = t_cache->bins[cls];
@@ -220,7 +220,7 @@ void* thread_cache_alloc_tick(unsigned cls) {
       }
     }
   }
-  void* p = thread_cache_alloc(cls);
+  void* p = thread_cache_alloc(cls, r);
   decay_notice();  // after the pop, as in thread_cache_refill
   return p;
 }

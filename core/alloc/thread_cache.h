@@ -64,10 +64,10 @@ extern ThreadCache g_empty_cache;
 // double-free report). thread_cache_alloc_slow is front.cc's: a process's first
 // allocation decides between the per-CPU sheaves and these caches there, then the
 // bin refills (thread_cache_refill).
-void* thread_cache_alloc_slow(unsigned cls);
-void* thread_cache_refill(unsigned cls);
+void* thread_cache_alloc_slow(unsigned cls, Request r);
+void* thread_cache_refill(unsigned cls, Request r);
 void thread_cache_free_slow(void* p, unsigned cls);
-void* thread_cache_alloc_tick(unsigned cls);
+void* thread_cache_alloc_tick(unsigned cls, Request r);
 
 // Pops bin b's top object (b.count > 0). The slot keeps a stale copy of the pointer,
 // which Memcheck's leak check must not take for a reference (track.h).
@@ -77,15 +77,16 @@ inline void* bin_pop(CacheBin& b) {
   return p;
 }
 
-inline void* thread_cache_alloc(unsigned cls) {
+// r: what the program asked for, passed on to the slow paths (size_class.h).
+inline void* thread_cache_alloc(unsigned cls, Request r = kWholeClass) {
   CacheBin& b = t_cache->bins[cls];
   if (__builtin_expect(b.count != 0, 1)) {
     uint16_t h = static_cast<uint16_t>(b.hits + kHitStep);
     b.hits = h;
-    if (__builtin_expect(h < kHitStep, 0)) return thread_cache_alloc_tick(cls);
+    if (__builtin_expect(h < kHitStep, 0)) return thread_cache_alloc_tick(cls, r);
     return bin_pop(b);
   }
-  return thread_cache_alloc_slow(cls);
+  return thread_cache_alloc_slow(cls, r);
 }
 
 // Pushes p onto bin b. The slot is written before the count that publishes it: a

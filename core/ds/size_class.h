@@ -188,6 +188,23 @@ inline bool class_index(unsigned cls, uint64_t off, uint64_t count, uint64_t* in
   return true;
 }
 
+// What a small allocation asked for, which the front ends' slow paths pass on to the
+// sampling hooks (a guarded object is sized by it; the fast paths keep it in a
+// register they leave alone): the size in the low 56 bits and, above them, log2 of
+// the alignment when the call asked for more than malloc's 16 bytes (0: malloc's).
+// kWholeClass: an object of the class as it is (an object cache's, the profiler's).
+using Request = uint64_t;
+constexpr Request kWholeClass = ~Request{0};
+constexpr unsigned kRequestAlignShift = 56;
+inline Request aligned_request(size_t size, size_t align) {
+  return size | (Request(__builtin_ctzll(align)) << kRequestAlignShift);
+}
+inline size_t request_size(Request r) { return r & ((Request{1} << kRequestAlignShift) - 1); }
+inline size_t request_align(Request r) {
+  const unsigned shift = static_cast<unsigned>(r >> kRequestAlignShift);
+  return shift ? size_t{1} << shift : 16;
+}
+
 static_assert(kClassInfo[kNumClasses - 1].size == kMaxSmall);
 static_assert(kClassInfo[1].size == 8);
 

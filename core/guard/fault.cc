@@ -130,8 +130,9 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
   report(i, what, a, &access);
   if (!g_config.guard_recover) os::fatal("uslab: aborting at a guarded object's fault\n");
   // Recoverable: the slot stays open for good (reported once) and the access is
-  // retried.
-  s.state.store(SlotState::kBurned, std::memory_order_release);
+  // retried; a live object's later free is the program's, not another error.
+  s.state.store(state == SlotState::kLive ? SlotState::kOpened : SlotState::kBurned,
+                std::memory_order_release);
   set_access(slot_base(i), slot_bytes(), true);
 }
 

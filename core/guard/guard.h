@@ -16,10 +16,14 @@
 //    countdown (sample_large), whose sample points heap.cc gives to the profiler or
 //    here as the schedule picks.
 //  - A slot: slot_bytes() of address space, kAreaBytes for the object and a guard of
-//    a page after it (uslab's or the OS's, the larger: page_granule). The object lies at the end of the area (an overflow past it
-//    touches the guard at once) or, half of the time, at the start of its last pages
-//    (an underflow touches the inaccessible page before it), its alignment kept; the
-//    rest of its pages is filled with kFill and checked at free. Only the object's
+//    a page after it (uslab's or the OS's, the larger: page_granule). The object is
+//    as large as the program asked (malloc(1000) gets 1000 usable bytes, not its
+//    class's 1024; an object cache's is its class's) and lies at the end of the area,
+//    rounded up to the alignment the call needs (16 for malloc, the asked one for the
+//    aligned calls), so an overflow past it touches the guard at once or, within that
+//    slack, is found at free; or, half of the time, it lies at the start of its last
+//    pages (an underflow touches the inaccessible page before it). The rest of its
+//    pages, the slack included, is filled with kFill and checked at free. Only the object's
 //    pages are accessible while it lives; when it is freed they are made
 //    inaccessible and given back, and the slot waits in a quarantine: the least
 //    recently freed slot is reused first, so a freed object stays inaccessible for
@@ -111,7 +115,9 @@ Stats stats();
 // Internals shared by pool.cc and fault.cc.
 namespace internal {
 
-enum class SlotState : uint8_t { kNever, kLive, kFreeing, kFreed, kBurned };
+// kOpened: live, reported at a fault and left open (guard_recover): its free is
+// taken as it comes. kBurned: out of use for good.
+enum class SlotState : uint8_t { kNever, kLive, kFreeing, kFreed, kOpened, kBurned };
 
 struct Slot {
   char* object;  // the object's start (live or freed)

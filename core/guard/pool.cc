@@ -116,7 +116,8 @@ bool fill_intact(const Slot& s, const char** bad) {
 }
 
 // An object of `size` bytes (class cls, 0 for a large one; cache's when it is a
-// cache's) in a slot, aligned to `align`, or nullptr when no slot can be had.
+// cache's) in a slot, aligned to `align`, or nullptr when no slot can be had. Its
+// usable size is `size`: the alignment's slack after it is fill, checked at free.
 void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
   if (t_busy) return nullptr;
   t_busy = true;
@@ -177,11 +178,16 @@ void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
   return obj;
 }
 
-// The sampling hook (sampler.h): class cls's object in a slot, or nullptr.
-void* guarded_small(unsigned cls) {
+// The sampling hook (sampler.h): class cls's object in a slot, or nullptr. A size
+// class's object is as large as the program asked (an off-by-one write past it
+// lands in the slack or the guard, not in the class's rounding); a cache's is its
+// class's.
+void* guarded_small(unsigned cls, Request r) {
   const ObjCache* cache = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr;
   if (cls >= kFirstCacheClass && !cache) return nullptr;
-  return serve(class_size(cls), 1, cls, cache);
+  if (r == kWholeClass || cache) return serve(class_size(cls), 1, cls, cache);
+  const size_t size = request_size(r);
+  return serve(size ? size : 1, request_align(r), cls, nullptr);
 }
 
 constexpr SampleHooks kHooks = {guarded_small};
@@ -198,8 +204,7 @@ USLAB_STARTUP_TEXT void init() {
 
 void* alloc_large(size_t size, size_t align) {
   if (align < 16) align = 16;
-  size = (size + 15) & ~size_t{15};  // the usable size, as a malloc'd object's
-  if (size > kAreaBytes || align > kPageSize) return nullptr;
+  if (((size + align - 1) & ~(align - 1)) > kAreaBytes || align > kPageSize) return nullptr;
   return serve(size, align, 0, nullptr);
 }
 
@@ -217,6 +222,12 @@ void free(void* p, Span* span) {
     LockGuard g(g_pool.lock);
     was = s.state;
     if (was == SlotState::kLive && p == s.object) s.state = SlotState::kFreeing;
+    if (was == SlotState::kOpened && p == s.object) {  // reported at its fault already
+      s.state = SlotState::kBurned;
+      g_pool.live--;
+      t_busy = false;
+      return;
+    }
   }
   if (was != SlotState::kLive || p != s.object) {
     t_busy = false;
@@ -267,7 +278,8 @@ void note_deferred(void* p) {
 size_t live_size(const void* p, Span* span, const char* op) {
   const uint32_t i = slot_index(span);
   const Slot& s = g_pool.slots[i];
-  if (s.state.load(std::memory_order_acquire) == SlotState::kLive && p == s.object)
+  const SlotState state = s.state.load(std::memory_order_acquire);
+  if ((state == SlotState::kLive || state == SlotState::kOpened) && p == s.object)
     return s.size;
   char what[96];
   os::format(what, sizeof what, "%s of a %s pointer", op,
@@ -281,8 +293,8 @@ size_t live_in_class(unsigned cls) {
   LockGuard g(g_pool.lock);
   size_t n = 0;
   for (uint32_t i = 0; i < g_pool.fresh; i++)
-    if (g_pool.slots[i].state.load(std::memory_order_relaxed) == SlotState::kLive &&
-        g_pool.slots[i].cls == cls)
+    if (const SlotState st = g_pool.slots[i].state.load(std::memory_order_relaxed);
+        (st == SlotState::kLive || st == SlotState::kOpened) && g_pool.slots[i].cls == cls)
       n++;
   return n;
 }

@@ -19,12 +19,12 @@ namespace {
 // (track.h), and those the profiler samples (batches take no hit counter: each
 // object is counted down as the large ones are, sampler.h) replaced by the hook's,
 // which it tracks. Returns n.
-size_t hand_out_bulk(unsigned cls, size_t n, void** out) {
+size_t hand_out_bulk(unsigned cls, size_t n, void** out, Request r) {
   for (size_t i = 0; i < n; i++) track_alloc(out[i], class_size(cls), cls >= kFirstCacheClass);
   if (__builtin_expect(!g_sampling, 1)) return n;
   const size_t bytes = class_size(cls);
   for (size_t i = sample_large_run(bytes, n); i < n; i += 1 + sample_large_run(bytes, n - i - 1))
-    if (void* q = g_sample_hooks->small(cls)) {
+    if (void* q = g_sample_hooks->small(cls, r)) {
       if (ObjCache* c = cls >= kFirstCacheClass ? obj_cache_of(cls) : nullptr)
         obj_cache_on_free(c, out[i]);
       free_object(out[i], cls);
@@ -73,22 +73,22 @@ void put_back_bulk(unsigned cls, void* const* ptrs, size_t n) {
 
 }  // namespace
 
-size_t alloc_bulk_few(unsigned cls, size_t n, void** out) {
+size_t alloc_bulk_few(unsigned cls, size_t n, void** out, Request r) {
   for (size_t i = 0; i < n; i++)
-    if (__builtin_expect(!(out[i] = alloc_class<true>(cls)), 0)) {
+    if (__builtin_expect(!(out[i] = alloc_class<true>(cls, r)), 0)) {
       for (size_t j = 0; j < i; j++) free_object(out[j], cls);
       return 0;
     }
   return n;
 }
 
-size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
+size_t alloc_bulk_class(unsigned cls, size_t n, void** out, Request r) {
   // A program whose first allocation is a bulk one decides the front end here (once
   // g_percpu is set, no call).
   if (__builtin_expect(!g_percpu, 0) && !percpu_decided()) percpu_decide();
-  if (n <= 2) return alloc_bulk_few(cls, n, out);  // cheaper than a batch section
+  if (n <= 2) return alloc_bulk_few(cls, n, out, r);  // cheaper than a batch section
   size_t got = g_percpu ? percpu_take(cls, out, n) : 0;
-  if (got == n) return hand_out_bulk(cls, n, out);
+  if (got == n) return hand_out_bulk(cls, n, out, r);
   while (got < n) {
     size_t want = n - got < kMaxBatch ? n - got : kMaxBatch;
     size_t k = g_depot[current_shard()][cls].take(cls, out + got, want);
@@ -100,7 +100,7 @@ size_t alloc_bulk_class(unsigned cls, size_t n, void** out) {
     got += k;
   }
   decay_notice();  // past the CPU sheaf, as a refill
-  return hand_out_bulk(cls, n, out);
+  return hand_out_bulk(cls, n, out, r);
 }
 
 void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
@@ -110,7 +110,7 @@ void free_bulk_class(unsigned cls, void* const* ptrs, size_t n) {
 
 size_t alloc_bulk_batch(size_t size, size_t n, void** out) {
   if (n == 0) return 0;
-  if (size <= kMaxSmall) return alloc_bulk_class(size_to_class(size), n, out);
+  if (size <= kMaxSmall) return alloc_bulk_class(size_to_class(size), n, out, size);
   for (size_t i = 0; i < n; i++) {
     out[i] = alloc_large(size, kPageSize, nullptr);
     if (!out[i]) {

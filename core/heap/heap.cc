@@ -189,13 +189,14 @@ unsigned aligned_class(size_t size, size_t align) {
 
 void* alloc_aligned(size_t size, size_t align) {
   if (align <= 16) return alloc(size < align ? align : size);
-  if (unsigned cls = aligned_class(size, align)) return alloc_class(cls);
+  if (unsigned cls = aligned_class(size, align))
+    return alloc_class(cls, aligned_request(size, align));
   return alloc_large(size, align > kPageSize ? align : kPageSize, nullptr);
 }
 
 void* alloc_zeroed(size_t size) {
   if (size <= kMaxSmall) {
-    void* p = alloc_class(size_to_class(size));
+    void* p = alloc_class(size_to_class(size), size);
     if (p) memset(p, 0, size);
     return p;
   }

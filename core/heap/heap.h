@@ -56,14 +56,14 @@ inline void* handed_out(void* p, unsigned cls) {
   return p;
 }
 template <bool Hot = false>
-inline void* alloc_class(unsigned cls) {
-  return handed_out(take_object<Hot>(cls), cls);
+inline void* alloc_class(unsigned cls, Request r = kWholeClass) {
+  return handed_out(take_object<Hot>(cls, r), cls);
 }
 
 // malloc.
 template <bool Hot = false>
 inline void* alloc(size_t size) {
-  if (__builtin_expect(size <= kMaxSmall, 1)) return alloc_class<Hot>(size_to_class(size));
+  if (__builtin_expect(size <= kMaxSmall, 1)) return alloc_class<Hot>(size_to_class(size), size);
   return alloc_large(size, kPageSize, nullptr);
 }
 
@@ -121,24 +121,24 @@ inline void free_sized(void* p, size_t size) {
   free(p);
 }
 
-// Bulk allocation of n objects of class cls into out: n, or 0 with nothing allocated
-// (errno = ENOMEM). Frees of n validated objects of class cls. Both move whole
+// Bulk allocation of n objects of class cls into out (r: what each is asked for): n,
+// or 0 with nothing allocated (errno = ENOMEM). Frees of n validated objects of class cls. Both move whole
 // batches between the CPU sheaf, the depot and the slabs (one lock per batch).
-size_t alloc_bulk_class(unsigned cls, size_t n, void** out);
+size_t alloc_bulk_class(unsigned cls, size_t n, void** out, Request r = kWholeClass);
 void free_bulk_class(unsigned cls, void* const* ptrs, size_t n);
 // uslab_alloc_bulk / uslab_free_bulk (any pointers uslab handed out; NULLs skipped).
 // A bulk of one small object is malloc's or free's fast path, inline as theirs; up
 // to kBulkSingles objects take single pops and pushes (a batch section and the
 // calls to it cost more than that many); larger bulks move whole batches.
 constexpr size_t kBulkSingles = 4;
-size_t alloc_bulk_few(unsigned cls, size_t n, void** out);  // n ≤ kBulkSingles
+size_t alloc_bulk_few(unsigned cls, size_t n, void** out, Request r);  // n ≤ kBulkSingles
 size_t alloc_bulk_batch(size_t size, size_t n, void** out);
 void free_bulk_few(size_t n, void* const* ptrs);
 void free_bulk_batch(size_t n, void* const* ptrs);
 inline size_t alloc_bulk(size_t size, size_t n, void** out) {
   if (__builtin_expect(n - 1 < kBulkSingles && size <= kMaxSmall, 1)) {
-    if (n > 1) return alloc_bulk_few(size_to_class(size), n, out);
-    void* p = alloc_class<true>(size_to_class(size));
+    if (n > 1) return alloc_bulk_few(size_to_class(size), n, out, size);
+    void* p = alloc_class<true>(size_to_class(size), size);
     out[0] = p;
     return p != nullptr;
   }

@@ -308,7 +308,7 @@ namespace {
 
 // The sampled object of class cls (sampler.h's hook): a large span of its own for a
 // size class, so that its free finds the mark; in its slab for a cache.
-void* sample_small(unsigned cls) {
+void* sample_small(unsigned cls, Request) {
   if (t_in_prof) return nullptr;
   t_in_prof = true;
   void* p;

@@ -85,6 +85,16 @@ out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}prof=true,prof_sample=1m,prof_final=fals
   "$exe" paths 2>&1); rc=$?
 check '[ $rc -eq 0 ] && [[ "$out" == *"guarded paths:"*" 0 failed"* ]]' \
   "paths with the profiler on: served and freed guarded (rc=$rc, got: $out)"
+# A one-byte overflow of each size, as the program asked for it (not its class's
+# size): caught every time, at once or at free, one report an object.
+out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1,guard_recover=true,abort_on_error=false,guard_slots=1024 \
+  "$exe" off-by-one 2>/tmp/uslab-guard.$$); rc=$?
+n=$(echo "$out" | sed -n 's/^\([0-9]*\) overflows$/\1/p')
+got=$(grep -c "uslab: guarded object: overflow" /tmp/uslab-guard.$$)
+all=$(grep -c "uslab: guarded object:" /tmp/uslab-guard.$$)
+check '[ $rc -eq 0 ] && [[ "$out" == *"0 failed"* ]] && [ -n "$n" ] && [ "$got" -eq "$n" ] &&
+       [ "$all" -eq "$n" ]' \
+  "off-by-one: every one-byte overflow reported, nothing else (rc=$rc, $got of ${n:-?}, $all in all: $out)"
 # No error: nothing reported.
 out=$(LD_PRELOAD=$lib USLAB_CONF=${mode}guard_sample=1 "$exe" ok 2>&1); rc=$?
 check '[ $rc -eq 0 ] && [[ "$out" != *"uslab:"* ]]' "ok: no report (rc=$rc, got: $out)"
