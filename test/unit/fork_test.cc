@@ -111,6 +111,8 @@ TEST_CASE("fork inside a slow path takes no lock, so a thread waiting on the one
 }
 
 TEST_CASE("a fork from outside the allocator, with a thread busy in it, leaves a usable heap") {
+  // 50 forks that allocate up to 2 MB each: longer than the usual deadline in an
+  // emulated machine; a deadlock still ends it.
   int st = in_child(fork_with_handlers, [] {
     std::atomic<bool> stop{false};
     std::thread busy([&] {
@@ -133,7 +135,7 @@ TEST_CASE("a fork from outside the allocator, with a thread busy in it, leaves a
     stop = true;
     busy.join();
     return bad ? 2 : t_locks_held == 0 ? 0 : 3;
-  });
+  }, 120);
   CHECK(st == 0);
 }
 
