@@ -78,15 +78,21 @@ void obj_cache_destroy(ObjCache* c, size_t elsewhere) {
   LockGuard g(registry_lock_);
   unsigned cls = c->cls;
   if (registry_[cls] != c || c->retired) return;
-  percpu_drain_class(cls);  // CPU sheaves and depot back to the slabs
+  // CPU sheaves and depot back to the slabs; without membarrier's fences other CPUs'
+  // sheaves keep what the program freed there.
+  const size_t stranded = percpu_drain_class(cls);
   central_release_spares(cls);
   CentralStats cs = central_stats(cls);
-  size_t live = cs.objects - cs.free_objects + elsewhere;
-  if (live) {
+  const size_t held = cs.objects - cs.free_objects;
+  const size_t live = (held > stranded ? held - stranded : 0) + elsewhere;
+  if (live)
     os::print_stderr(
         "uslab: cache '%s' destroyed with %zu live objects (%zu slabs); their "
         "memory stays valid\n",
         c->name, live, cs.slabs);
+  if (live || stranded) {
+    // Objects still out, or freed ones a sheaf keeps: the class is never reused (a
+    // new cache of another size would be handed them).
     c->retired = true;
     return;
   }

@@ -165,7 +165,7 @@ bool percpu_decide() {
   LockGuard g(init_lock_);
   if (decided_.load(std::memory_order_relaxed)) return g_percpu;
   config_init();
-  if (rseq_init_process(g_config.percpu) != RseqMode::kNone) {
+  if (rseq_init_process(g_config.percpu, g_config.membarrier) != RseqMode::kNone) {
     uint32_t n = topology_in_use().cpus_possible;
     if (g_config.percpu_cpus && n > g_config.percpu_cpus)
       n = static_cast<uint32_t>(g_config.percpu_cpus);
@@ -468,6 +468,16 @@ void trim_cpu(uint32_t c, const HeaderSet& set) {
   }
 }
 
+// Calls f(class) for each entry of CPU c's remote-node buffer: a racy read of entries
+// the CPU may be pushing or flushing, good for a count, not a list.
+template <typename F>
+void for_each_remote_pending(uint32_t c, F f) {
+  uint32_t n = cached_of(c, kRemoteSheaf);
+  auto* e = reinterpret_cast<uint64_t*>(slots_of(c) + begin_of(kRemoteSheaf) + 1);
+  for (uint32_t i = 0; i < n && i < kRemoteCap; i++)
+    f(static_cast<unsigned>(remote_entry_key(__atomic_load_n(&e[i], __ATOMIC_RELAXED)) & 127));
+}
+
 // Flushes CPU c's remote-node buffer to the owning nodes (its lock held); the
 // buffer stays open. Done on the detached buffer, whose header is then stored back.
 void flush_remote_cpu(uint32_t c) {
@@ -622,7 +632,17 @@ size_t percpu_put(unsigned cls, void* const* ptrs, size_t n) {
 
 void percpu_drain_all() { drain_classes(1, kMaxClasses); }
 
-void percpu_drain_class(unsigned cls) { drain_classes(cls, cls + 1); }
+size_t percpu_drain_class(unsigned cls) {
+  drain_classes(cls, cls + 1);
+  if (!g_percpu || rseq_fence_available()) return 0;
+  size_t left = 0;  // read racily: the caller's class is no longer in use
+  for (uint32_t c = 0; c < g_cpu_count; c++) {
+    if (!__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) continue;
+    left += cached_of(c, cls);
+    for_each_remote_pending(c, [&](unsigned k) { left += k == cls; });
+  }
+  return left;
+}
 
 long percpu_defer_take(void** out) {
   for (;;) {
@@ -700,12 +720,8 @@ void percpu_remote_stats(RemoteNodeStats* out) {
   if (!g_percpu) return;
   for (uint32_t c = 0; c < g_cpu_count; c++) {
     if (!__atomic_load_n(&meta_[c].ready, __ATOMIC_ACQUIRE)) continue;
-    uint32_t n = cached_of(c, kRemoteSheaf), b = begin_of(kRemoteSheaf);
-    out->pending += n;
-    // A racy read of entries the CPU may be pushing or flushing: a count, not a list.
-    auto* e = reinterpret_cast<uint64_t*>(slots_of(c) + b + 1);
-    for (uint32_t i = 0; i < n && i < kRemoteCap; i++)
-      out->pending_by_class[remote_entry_key(__atomic_load_n(&e[i], __ATOMIC_RELAXED)) & 127]++;
+    out->pending += cached_of(c, kRemoteSheaf);
+    for_each_remote_pending(c, [&](unsigned cls) { out->pending_by_class[cls]++; });
   }
 }
 

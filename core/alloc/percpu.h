@@ -82,9 +82,10 @@ bool percpu_drain(uint32_t c, void* p, unsigned cls);
 
 // Drains every CPU's sheaves and the depots back to the slabs (malloc_trim), or only
 // those of one class (a cache being destroyed). Without membarrier's rseq fence only
-// the depots are drained.
+// the depots are drained: percpu_drain_class then returns how many objects of the
+// class it left in CPU sheaves.
 void percpu_drain_all();
-void percpu_drain_class(unsigned cls);
+size_t percpu_drain_class(unsigned cls);
 
 // The decay tick's share of the CPU sheaves (decay.h): on every CPU, the classes
 // that neither missed nor served an allocation over the last kCacheIdleTicks ticks

@@ -190,10 +190,12 @@ USLAB_STARTUP_TEXT bool topology_adopt_hwloc() {
   // sysfs node directory). Loading hwloc in every process of a 2-node machine cost
   // /bin/true 190 page faults more than an empty preloaded library (6 on one node),
   // and hwloc allocates through the process's malloc; building the probe's map here
-  // cost 14 (the map waits for the first allocation). Two system calls, no file read.
+  // cost 14 (the map waits for the first allocation). One or two system calls, no
+  // file read; get_mempolicy only where sysfs hides the nodes (a filter that kills
+  // at calls it does not list may leave it out: a process on one node never makes it).
   static USLAB_STARTUP_STRING(kNodeDir, "/sys/devices/system/node/node0");
   if (g_config.topology == TopologySource::kAuto &&
-      (os::allowed_nodes() <= 1 || os::path_exists(kNodeDir)))
+      (os::path_exists(kNodeDir) || os::allowed_nodes() <= 1))
     return false;
   USLAB_LARGE_ZERO static Topology t;  // 4 KiB: not on the constructor's stack
   char why[160];

@@ -35,7 +35,7 @@ struct Config {
   bool stats_json = false;       // ... as JSON (stats=json)
   bool live_stats = true;        // the statistics readable from outside (core/stats/live.cc)
   uint64_t decay_ms = 10000;     // memory the program frees goes back to the OS within this
-  bool membarrier = true;        // writers fence readers with membarrier (false: readers fence)
+  bool membarrier = true;        // membarrier's fences (false: readers fence, no per-CPU fences)
   // The background thread (core/alloc/background.h), which returns memory and frees
   // deferred objects with no call from the program: never, from the start, or (auto)
   // from the first moment there is memory to give back.

@@ -91,20 +91,6 @@ __attribute__((noinline)) uintptr_t first_foreign_return() {
   return 0;
 }
 
-// Whether a seccomp filter is in force on this thread (the Seccomp line of its
-// status); an unreadable status counts as filtered (a sandbox may refuse the open).
-bool seccomp_filtered() {
-  char buf[4096];
-  long n = read_file("/proc/thread-self/status", buf, sizeof buf - 1);
-  if (n <= 0) return true;
-  buf[n] = 0;
-  const char* s = strstr(buf, "\nSeccomp:");
-  if (!s) return false;  // a kernel without seccomp
-  s += 9;
-  while (*s == ' ' || *s == '\t') s++;
-  return *s != '0';
-}
-
 }  // namespace
 
 USLAB_STARTUP_TEXT void helper_thread_init() {

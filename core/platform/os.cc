@@ -20,7 +20,33 @@
 
 namespace uslab::os {
 
-long syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+namespace {
+
+// The system calls uslab makes that a sandbox may refuse, in the order the statistics
+// name them (refused_call_name).
+constexpr long kRefusable[] = {
+    SYS_rseq, SYS_membarrier, SYS_mbind, SYS_get_mempolicy, SYS_memfd_create, SYS_ftruncate,
+    SYS_mincore, SYS_madvise, SYS_mremap, SYS_mprotect, SYS_mmap, SYS_getrandom,
+    SYS_process_vm_readv, SYS_sched_getaffinity, SYS_getcpu, SYS_openat, SYS_readlinkat};
+constexpr const char* kRefusableName[] = {
+    "rseq", "membarrier", "mbind", "get_mempolicy", "memfd_create", "ftruncate",
+    "mincore", "madvise", "mremap", "mprotect", "mmap", "getrandom",
+    "process_vm_readv", "sched_getaffinity", "getcpu", "openat", "readlinkat"};
+static_assert(sizeof kRefusable / sizeof kRefusable[0] == sizeof kRefusableName / sizeof(char*));
+static_assert(sizeof kRefusable / sizeof kRefusable[0] <= 32);
+
+constinit uint32_t g_refused_eperm = 0, g_refused_enosys = 0;  // a bit per kRefusable entry
+
+// A call answered EPERM or ENOSYS: a seccomp filter's answers (or a kernel without
+// it), noted for the statistics. Only failures come here.
+[[gnu::noinline, gnu::cold]] void note_refused(long nr, long r) {
+  for (unsigned i = 0; i < sizeof kRefusable / sizeof kRefusable[0]; i++)
+    if (kRefusable[i] == nr)
+      __atomic_fetch_or(r == -EPERM ? &g_refused_eperm : &g_refused_enosys, 1u << i,
+                        __ATOMIC_RELAXED);
+}
+
+long raw_syscall(long nr, long a, long b, long c, long d, long e, long f) {
 #if defined(__x86_64__)
   long ret;
   register long r10 __asm__("r10") = d;
@@ -53,6 +79,24 @@ long syscall6(long nr, long a, long b, long c, long d, long e, long f) {
 #endif
 }
 
+}  // namespace
+
+long syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+  long r = raw_syscall(nr, a, b, c, d, e, f);
+  if (r == -EPERM || r == -ENOSYS) [[unlikely]]
+    note_refused(nr, r);
+  return r;
+}
+
+RefusedCalls refused_calls() {
+  return {__atomic_load_n(&g_refused_eperm, __ATOMIC_RELAXED),
+          __atomic_load_n(&g_refused_enosys, __ATOMIC_RELAXED)};
+}
+
+const char* refused_call_name(unsigned i) {
+  return i < sizeof kRefusableName / sizeof kRefusableName[0] ? kRefusableName[i] : nullptr;
+}
+
 static bool failed(long r) { return r < 0 && r > -4096; }
 
 // 0 until set_page_size; then never written again.
@@ -83,10 +127,24 @@ size_t set_page_size(size_t at_least) {
   return p;
 }
 
+// mmap refused outright, not for want of memory (a seccomp filter's EPERM or
+// ENOSYS): said once, as every allocation that needs new memory fails from then on.
+static void say_map_refused(long err) {
+  static bool said;
+  if (err == -ENOMEM || __atomic_exchange_n(&said, true, __ATOMIC_RELAXED)) return;
+  print_stderr("uslab: mmap refused (%s): allocations that need new memory fail with ENOMEM\n",
+               err == -EPERM ? "EPERM" : err == -ENOSYS ? "ENOSYS" : err == -EACCES ? "EACCES"
+                                                                    : "an error");
+}
+
 static void* map_raw(size_t bytes) {
   long r = syscall6(SYS_mmap, 0, (long)bytes, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return failed(r) ? nullptr : reinterpret_cast<void*>(r);
+  if (failed(r)) {
+    say_map_refused(r);
+    return nullptr;
+  }
+  return reinterpret_cast<void*>(r);
 }
 
 // Aligned to page_size(), which the os_page option may set above the kernel's.
@@ -275,11 +333,58 @@ int collapse(void* p, size_t bytes) {
   return r == 0 ? 0 : static_cast<int>(-r);
 }
 
+bool seccomp_filtered() {
+  char buf[4096];
+  long n = read_file("/proc/thread-self/status", buf, sizeof buf - 1);
+  if (n <= 0) return true;
+  buf[n] = 0;
+  const char* s = strstr(buf, "\nSeccomp:");
+  if (!s) return false;  // a kernel without seccomp
+  s += 9;
+  while (*s == ' ' || *s == '\t') s++;
+  return *s != '0';
+}
+
+size_t resident_bytes_pagemap(const void* p, size_t bytes) {
+  const size_t n = (bytes + g_kernel_page - 1) / g_kernel_page;
+  long fd = syscall6(SYS_openat, AT_FDCWD, (long)"/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  uint64_t entries[256];
+  size_t resident = 0;
+  const uint64_t first = reinterpret_cast<uintptr_t>(p) / g_kernel_page;
+  for (size_t done = 0; done < n;) {
+    const size_t k = n - done < 256 ? n - done : 256;
+    long r = syscall6(SYS_pread64, fd, (long)entries, (long)(k * sizeof entries[0]),
+                      (long)((first + done) * sizeof entries[0]));
+    if (r != static_cast<long>(k * sizeof entries[0])) break;
+    for (size_t i = 0; i < k; i++) resident += entries[i] >> 63;  // present
+    done += k;
+  }
+  syscall6(SYS_close, fd);
+  return resident * g_kernel_page;
+}
+
+namespace {
+// -1: not known yet; 1: a seccomp filter was in force at the first measurement.
+int g_resident_by_pagemap = -1;
+
+}  // namespace
+
 size_t resident_bytes(const void* p, size_t bytes) {
   unsigned char vec[1024];  // 4 MiB of 4 KiB pages
   USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)));
   size_t n = (bytes + g_kernel_page - 1) / g_kernel_page;  // mincore's are the kernel's pages
-  if (n > sizeof vec || syscall6(SYS_mincore, (long)p, (long)bytes, (long)vec) != 0) return 0;
+  if (n > sizeof vec) return 0;
+  // mincore is not in systemd's @system-service set, whose filters kill at a call they
+  // do not list: under any filter the page map answers (three calls where mincore is
+  // one, once a decay tick at most; a filter that came later is not seen).
+  int by_pagemap = __atomic_load_n(&g_resident_by_pagemap, __ATOMIC_RELAXED);
+  if (by_pagemap < 0) {
+    by_pagemap = seccomp_filtered();
+    __atomic_store_n(&g_resident_by_pagemap, by_pagemap, __ATOMIC_RELAXED);
+  }
+  if (by_pagemap) return resident_bytes_pagemap(p, bytes);
+  if (syscall6(SYS_mincore, (long)p, (long)bytes, (long)vec) != 0) return 0;
   size_t resident = 0;
   for (size_t i = 0; i < n; i++) resident += vec[i] & 1;
   return resident * g_kernel_page;
@@ -384,8 +489,13 @@ bool bind_node(void* p, size_t bytes, unsigned node) {
                   (long)(sizeof mask * 8 + 1), 0) == 0;
 }
 
+// openat and close, which every dynamically linked program makes (its loader's), not
+// faccessat: a filter that kills at calls it does not list may leave that out.
 USLAB_STARTUP_TEXT bool path_exists(const char* path) {
-  return syscall6(SYS_faccessat, AT_FDCWD, (long)path, F_OK, 0) == 0;
+  long fd = syscall6(SYS_openat, AT_FDCWD, (long)path, O_PATH | O_CLOEXEC);
+  if (fd < 0) return false;
+  syscall6(SYS_close, fd);
+  return true;
 }
 
 bool task_memory_policy() {

@@ -56,6 +56,15 @@ namespace uslab::os {
 
 // Raw syscall; returns -errno on failure, never touches errno.
 long syscall6(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0, long f = 0);
+// The system calls uslab makes that were answered EPERM or ENOSYS since start (what a
+// sandbox's seccomp filter answers; ENOSYS also from an older kernel): a bit per
+// name of refused_call_name's list, for the statistics.
+struct RefusedCalls {
+  uint32_t eperm, enosys;
+};
+RefusedCalls refused_calls();
+// The name of bit i of RefusedCalls; nullptr past the last.
+const char* refused_call_name(unsigned i);
 
 // The OS page: the kernel's (AT_PAGESZ: 4 KiB on x86-64; 4, 16 or 64 KiB on arm64),
 // or the larger one the os_page option asks for (config.h), fixed by config_init
@@ -139,8 +148,15 @@ inline size_t huge_page_bytes() { return page_size() / sizeof(void*) * page_size
 // every mapping to answer: statistics call it when asked, never a hot path.
 long thp_resident_bytes();
 // How many bytes of [p, p + bytes) (page-aligned, at most 4 MiB) are resident
-// (mincore); 0 when the kernel refuses.
+// (mincore; under a seccomp filter, /proc/self/pagemap: see os.cc); 0 when the
+// kernel refuses.
 size_t resident_bytes(const void* p, size_t bytes);
+// The same from /proc/self/pagemap's present bits (readable without privileges: only
+// the frame numbers are hidden); 0 when it cannot be read.
+size_t resident_bytes_pagemap(const void* p, size_t bytes);
+// Whether a seccomp filter is in force on the calling thread (the Seccomp line of
+// its status); an unreadable status counts as filtered (a sandbox may refuse the open).
+bool seccomp_filtered();
 
 // Asks the kernel to place the pages of [p, p + bytes) on NUMA node `node`
 // (mbind, MPOL_PREFERRED: another node when that one is full, never an OOM); false
@@ -151,7 +167,7 @@ bool bind_node(void* p, size_t bytes, unsigned node);
 // MPOL_DEFAULT nor MPOL_LOCAL. A range's policy (bind_node) overrides the process's,
 // so uslab binds nothing then, and the kernel applies the policy the user chose.
 bool task_memory_policy();
-// Whether path exists (access(2), F_OK).
+// Whether path exists (an O_PATH open).
 bool path_exists(const char* path);
 // NUMA nodes whose memory this process may use (get_mempolicy, MPOL_F_MEMS_ALLOWED:
 // one system call, no file); 0 when the kernel does not say.

@@ -90,14 +90,14 @@ RseqMode decide(bool wanted) {
 
 constinit ptrdiff_t g_rseq_offset = 0;
 
-RseqMode rseq_init_process(bool wanted) {
+RseqMode rseq_init_process(bool wanted, bool fences) {
   int m = mode_.load(std::memory_order_acquire);
   if (m >= 0) return static_cast<RseqMode>(m);
   LockGuard g(init_lock_);
   m = mode_.load(std::memory_order_relaxed);
   if (m < 0) {
     RseqMode d = decide(wanted);
-    if (d != RseqMode::kNone) enable_fences();
+    if (d != RseqMode::kNone && fences) enable_fences();
     m = static_cast<int>(d);
     mode_.store(m, std::memory_order_release);
   }

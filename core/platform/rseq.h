@@ -48,8 +48,10 @@ constexpr uint32_t kRseqCpuUninitialized = static_cast<uint32_t>(-1);
 extern ptrdiff_t g_rseq_offset USLAB_HIDDEN;
 
 // Decides the mode once for the process (`wanted` = false forces kNone), and for
-// kOwn registers the calling thread. Thread-safe; later calls return the decision.
-RseqMode rseq_init_process(bool wanted);
+// kOwn registers the calling thread; `fences`: registers for the per-CPU fences
+// (membarrier; false: none, rseq_fence_available() says so). Thread-safe; later
+// calls return the decision.
+RseqMode rseq_init_process(bool wanted, bool fences);
 RseqMode rseq_mode();
 const char* rseq_mode_name(RseqMode m);
 

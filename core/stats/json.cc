@@ -310,6 +310,12 @@ void print_json(const Snapshot& s, void (*write)(void*, const char*), void* opaq
   j.num("sleeps", bg.sleeps);
   j.end_object();
 
+  j.begin_object("refused_syscalls");  // name: "EPERM" or "ENOSYS"
+  for (unsigned i = 0; const char* name = os::refused_call_name(i); i++)
+    if ((s.refused.eperm | s.refused.enosys) >> i & 1)
+      j.str(name, s.refused.eperm >> i & 1 ? "EPERM" : "ENOSYS");
+  j.end_object();
+
   const MemoryLimit& lim = s.limit;
   const LimitStats& ls = s.limit_stats;
   j.begin_object("memory_limit");

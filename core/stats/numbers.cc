@@ -52,6 +52,7 @@ Snapshot::Snapshot(bool smaps) {
   cpus = g_percpu ? percpu_stats() : PerCpuStats{};
   poison = g_config.poison;
   guard_pages = g_config.guard;
+  refused = os::refused_calls();
 
   topology = &topology_in_use();
   shards = shard_count();

@@ -87,6 +87,7 @@ struct Snapshot {
 
   DeferredStats deferred;
   BackgroundStats background;
+  os::RefusedCalls refused;  // system calls a sandbox (or the kernel) refused
   MemoryLimit limit;
   LimitStats limit_stats;
   size_t limit_resident;  // the heap's resident estimate, as the limit counts it

@@ -103,6 +103,17 @@ void print_table(const Snapshot& s, void (*write)(void*, const char*), void* opa
       d.membarrier ? "membarrier" : "reader fences");
   background_describe(s.background, line, sizeof line);
   write(opaque, line);
+  if (s.refused.eperm | s.refused.enosys) {
+    // What uslab did instead is in the lines above (the mode, the deferred writers, the
+    // background thread, the topology's nodes).
+    size_t n = os::format(line, sizeof line, "system calls refused (a sandbox or the kernel):");
+    for (unsigned i = 0; const char* name = os::refused_call_name(i); i++)
+      if ((s.refused.eperm | s.refused.enosys) >> i & 1)
+        n += os::format(line + n, sizeof line - n, " %s (%s)", name,
+                        s.refused.eperm >> i & 1 ? "EPERM" : "ENOSYS");
+    os::format(line + n, sizeof line - n, "\n");
+    write(opaque, line);
+  }
   memory_limit_describe(s.limit, s.limit_stats, s.limit_resident, line, sizeof line);
   write(opaque, line);
   if (s.foreign_forwarded)

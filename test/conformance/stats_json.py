@@ -27,8 +27,8 @@ def check(what, ok):
 
 
 TOP = ["schema", "version", "pid", "mode", "topology", "classes", "caches", "bytes",
-       "shards", "huge_objects", "thp", "deferred", "background", "memory_limit",
-       "foreign_frees_forwarded", "prof", "guarded"]
+       "shards", "huge_objects", "thp", "deferred", "background", "refused_syscalls",
+       "memory_limit", "foreign_frees_forwarded", "prof", "guarded"]
 CLASS_FIELDS = ["class", "size", "slabs", "objects", "active", "cpu", "depot", "thread",
                 "free", "hits", "refills", "drains", "depot_hits", "slab_out", "slab_in",
                 "deferred", "remote"]
@@ -44,6 +44,9 @@ with tempfile.TemporaryDirectory() as d:
     numbers = dict(line.split(" ", 1) for line in open(paths[2]).read().splitlines())
 
     check("top-level fields in the documented order: %s" % list(doc), list(doc) == TOP)
+    refused = doc.get("refused_syscalls")
+    check("refused_syscalls maps names to EPERM or ENOSYS: %s" % refused,
+          isinstance(refused, dict) and all(v in ("EPERM", "ENOSYS") for v in refused.values()))
     check("schema 1", doc["schema"] == 1)
     check("version is uslab_version()", doc["version"] == numbers["version"])
     rows = {}

@@ -11,9 +11,10 @@
 #   --possible N     CPU ids up to N-1 possible but absent (QEMU maxcpus): sparse ids
 #   --memless-node   one more node with two of the CPUs and no memory
 #   --checks LIST    comma-separated: topology,conformance,conformance-all,stress,
-#                    stress-all,numa,hotplug,cgroup,programs,footprint; default:
-#                    topology, conformance (less its os_page runs), stress, numa,
-#                    hotplug, cgroup, programs; all: those with conformance-all,
+#                    stress-all,numa,hotplug,cgroup,programs,sandbox,footprint;
+#                    default: topology, conformance (less its os_page runs), stress,
+#                    numa, hotplug, cgroup, programs, sandbox (the NUMA calls refused
+#                    on real nodes); all: those with conformance-all,
 #                    stress-all and footprint
 #   --script FILE    also run FILE with bash in the guest (check "script"; $build, $lib,
 #                    $src are set): to reproduce something there by hand
@@ -50,8 +51,8 @@ command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not inst
 [ -x "$build/test/api" ] && [ -e "$build/libuslab.so" ] || { echo "run.sh: $build is not a built tree" >&2; exit 2; }
 img=$(bash "$src/test/vm/image.sh"); rc=$?
 [ $rc -eq 0 ] || exit $rc
-[ "$checks" = default ] && checks=topology,conformance,stress,numa,hotplug,cgroup,programs
-[ "$checks" = all ] && checks=topology,conformance-all,stress-all,numa,hotplug,cgroup,programs,footprint
+[ "$checks" = default ] && checks=topology,conformance,stress,numa,hotplug,cgroup,programs,sandbox
+[ "$checks" = all ] && checks=topology,conformance-all,stress-all,numa,hotplug,cgroup,programs,sandbox,footprint
 [ $((cpus % nodes)) -eq 0 ] || { echo "run.sh: $cpus CPUs do not split over $nodes nodes" >&2; exit 2; }
 
 out=${keep:-$(mktemp -d /tmp/uslab-vm.XXXXXX)}

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# test/sandbox/matrix.sh LIB DENY LATE API STRESS — uslab under seccomp filters that
+# refuse the system calls it makes, as sandboxes do (Docker refuses the NUMA calls
+# without CAP_SYS_NICE and, before 20.10, rseq; systemd's SystemCallFilter= kills at
+# a call its set leaves out; gVisor and newer profiles answer ENOSYS).
+#
+#  - each call uslab makes, refused with EPERM and with ENOSYS, one at a time and all
+#    at once: the C API conformance program, the threaded stress (content verified)
+#    and a threaded python3 give the output they give unfiltered, and nothing of
+#    uslab's is printed but its one line for a refused mmap;
+#  - each call made to kill the process (SIGSYS): wherever python3 survives the
+#    filter without uslab, it survives with uslab, except for the calls uslab needs
+#    (NEEDS below, each with the option that spares it);
+#  - systemd's @system-service set as an allow-list (killing at any other call), as
+#    `systemd-analyze syscall-filter` expands it here;
+#  - the statistics name each call refused, with its error;
+#  - mmap, mremap and mprotect refused after start (LATE): allocations fail with ENOMEM,
+#    frees work, nothing is corrupted.
+# A USLAB_CONF in the environment (the fast-path mode under test) is kept in front.
+set -u
+lib=$1 deny=$2 late=$3 api=$4 stress=$5
+mode=${USLAB_CONF:+$USLAB_CONF,}
+fail=0; total=0
+check() { total=$((total+1)); if ! eval "$1"; then fail=$((fail+1)); echo "FAILED: $2"; fi; }
+work=$(mktemp -d /tmp/uslab-sandbox.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# The system calls uslab makes (core/platform and the libc calls it issues itself),
+# beside the ones no program runs without (mmap, munmap, mprotect, futex, read...).
+calls=(rseq mbind get_mempolicy set_mempolicy move_pages membarrier memfd_create mincore
+  process_madvise getrandom process_vm_readv madvise mremap sched_getaffinity ftruncate
+  getcpu readlinkat faccessat brk tgkill fcntl clone3)
+# USLAB_SANDBOX_CALLS=a,b,...: those alone (the emulated NUMA guest's, where each run
+# is slow).
+[ -n "${USLAB_SANDBOX_CALLS:-}" ] && IFS=, read -ra calls <<<"$USLAB_SANDBOX_CALLS"
+# Calls uslab makes at start-up unasked, and the option that spares each: membarrier
+# (the rseq fence's registration); rseq only where glibc registered none (before 2.35,
+# or its tunable off), as with glibc's own a filter killing at rseq kills the program
+# before uslab loads.
+declare -A NEEDS=([membarrier]=membarrier=false [rseq]=percpu=false)
+# On a machine of several NUMA nodes uslab binds its segments to their node (mbind)
+# unless the process has a memory policy of its own (get_mempolicy), as it must to
+# keep memory local: a filter killing at either kills it there.
+if [ -d /sys/devices/system/node/node1 ]; then NEEDS[mbind]=; NEEDS[get_mempolicy]=; fi
+
+
+cat > "$work/threads.py" <<'EOF'
+import json, threading
+def work(k):
+    d = {str(i * k): [i] * (i % 7) for i in range(20000)}
+    return len(json.dumps(d))
+out = []
+ts = [threading.Thread(target=lambda k=k: out.append(work(k))) for k in range(1, 5)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(sorted(out))
+EOF
+py=(python3 "$work/threads.py")
+stress_args=(4 2 10)
+# The stress program's own call (it reads its CPU set), left out of its filters.
+stress_needs=sched_getaffinity
+
+# run OUT ERR [deny args --] PROGRAM...: its stdout and stderr into files; the status.
+run() { local out=$1 err=$2; shift 2; "$@" >"$out" 2>"$err"; }
+# What uslab printed besides the allowed line.
+uslab_lines() { grep '^uslab:' "$1" | grep -v '^uslab: mmap refused' | head -3; }
+
+# The unfiltered outputs each filtered run must give.
+run "$work/py.want" /dev/null "${py[@]}"
+# The conformance program's tally (its malloc_info lines depend on what was returned).
+api_tally() { grep '^api: ' "$1"; }
+run "$work/api.out" /dev/null env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "$api"
+api_tally "$work/api.out" > "$work/api.want"
+grep -q ' 0 failed' "$work/api.want" || { echo "FAILED: api fails unfiltered"; exit 1; }
+
+for act in EPERM ENOSYS; do
+  for c in "${calls[@]}" all; do
+    list=$c
+    [ "$c" = all ] && list=$(IFS=,; echo "${calls[*]}")
+    f=(env "$deny" -e "$act" "$list" --)
+    # The program's own needs first: a call python3 cannot do without (clone3 with
+    # EPERM: no threads) is not uslab's to survive.
+    run "$work/base" /dev/null "${f[@]}" "${py[@]}"; brc=$?
+    if [ $brc -eq 0 ] && cmp -s "$work/base" "$work/py.want"; then
+      run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "${py[@]}"; rc=$?
+      check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want" && [ -z "$(uslab_lines "$work/err")" ]' \
+        "python3, $c refused ($act): rc=$rc, $(head -c 300 "$work/err")"
+    fi
+    run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "$api"; rc=$?
+    check '[ $rc -eq 0 ] && [ "$(api_tally "$work/out")" = "$(cat "$work/api.want")" ] &&
+           [ -z "$(uslab_lines "$work/err")" ]' \
+      "api, $c refused ($act): rc=$rc, $(head -c 300 "$work/err")"
+    if [ $brc -eq 0 ] && [ "$c" != $stress_needs ]; then  # it starts threads as python3 does
+      sf=(env "$deny" -e "$act" "$(echo "$list" | tr , '\n' | grep -vx $stress_needs | paste -sd,)" --)
+      run "$work/out" "$work/err" "${sf[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" \
+        "$stress" "${stress_args[@]}"; rc=$?
+      check '[ $rc -eq 0 ] && grep -q " 0 failures" "$work/out" && grep -q " 0 failed" "$work/out" && [ -z "$(uslab_lines "$work/err")" ]' \
+        "stress, $c refused ($act): rc=$rc, $(head -c 300 "$work/out" "$work/err")"
+    fi
+  done
+done
+
+# SIGSYS: uslab adds no death to a program that survives the filter on its own.
+for c in "${calls[@]}"; do
+  run "$work/base" /dev/null "$deny" -k "$c" -- "${py[@]}"; brc=$?
+  [ $brc -eq 0 ] || continue
+  run "$work/out" "$work/err" "$deny" -k "$c" -- env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "${py[@]}"; rc=$?
+  if [ -n "${NEEDS[$c]+set}" ] && [ -z "${NEEDS[$c]}" ]; then
+    echo "python3 killed at $c with uslab (rc=$rc): uslab needs $c here"
+  elif [ -n "${NEEDS[$c]:-}" ]; then
+    run "$work/out" "$work/err" "$deny" -k "$c" -- \
+      env LD_PRELOAD="$lib" USLAB_CONF="${mode}${NEEDS[$c]}" "${py[@]}"; rc=$?
+    check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want"' \
+      "python3 killed at $c even with ${NEEDS[$c]}: rc=$rc"
+  else
+    check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want"' \
+      "python3 killed at $c with uslab, not without: rc=$rc (uslab made a call it was not asked for)"
+  fi
+done
+
+# systemd's @system-service allow-list, killing at anything else (its default action).
+if command -v systemd-analyze >/dev/null; then
+  expand() {
+    systemd-analyze syscall-filter "$1" 2>/dev/null | sed '1d; s/#.*//' | tr -s ' \n' '\n' |
+      while read -r s; do case $s in @*) expand "$s" ;; ?*) echo "$s" ;; esac; done
+  }
+  allowed=$(expand @system-service | sort -u | paste -sd,)
+  if [ -n "$allowed" ]; then
+    f=("$deny" -k -a "$allowed" --)
+    run "$work/base" /dev/null "${f[@]}" "${py[@]}"; brc=$?
+    if [ $brc -eq 0 ]; then
+      run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "${py[@]}"; rc=$?
+      check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want"' "python3 under @system-service: rc=$rc"
+      run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" \
+        "$stress" "${stress_args[@]}"; rc=$?
+      check '[ $rc -eq 0 ] && grep -q " 0 failures" "$work/out" && grep -q " 0 failed" "$work/out"' "stress under @system-service: rc=$rc"
+    fi
+  fi
+fi
+
+# The statistics name what was refused, with the error, and nothing else.
+refusals() {  # STDERR ACT: the JSON document's refused_syscalls, or "wrong: ..."
+  python3 -c '
+import json, sys
+text = open(sys.argv[1]).read()
+start = 0 if text.startswith("{\n") else text.index("\n{\n") + 1
+refused = json.loads(text[start:text.rindex("\n}") + 2])["refused_syscalls"]
+bad = [k for k, v in refused.items() if v != sys.argv[2] or k not in sys.argv[3:]]
+print(",".join(sorted(refused)) if refused and not bad else "wrong: %s" % refused)
+' "$1" "$2" "${calls[@]}"
+}
+for act in EPERM ENOSYS; do
+  run /dev/null "$work/err" "$deny" -e "$act" "$(IFS=,; echo "${calls[*]}")" -- \
+    env LD_PRELOAD="$lib" USLAB_CONF="${mode}stats=json" "$api"
+  said=$(refusals "$work/err" "$act" 2>&1)
+  check '[ -n "$said" ] && [ "${said#wrong}" = "$said" ] && [ "${said#Traceback}" = "$said" ]' \
+    "statistics of refusals ($act): $said"
+  echo "refused ($act), as the statistics name them: $said"
+done
+
+# mmap, mremap and mprotect refused after start: ENOMEM, one line said, nothing lost.
+for e in EPERM ENOSYS ENOMEM; do
+  run "$work/out" "$work/err" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "$late" "$e"; rc=$?
+  said=$(grep -c '^uslab: mmap refused' "$work/err")
+  want=1; [ $e = ENOMEM ] && want=0
+  check '[ $rc -eq 0 ] && grep -q " 0 failed" "$work/out" && [ "$said" -eq $want ] &&
+         [ -z "$(uslab_lines "$work/err")" ]' \
+    "late $e: rc=$rc, said $said times, $(head -c 300 "$work/out" "$work/err")"
+done
+
+echo "sandbox: $total checks, $fail failed"
+[ $fail -eq 0 ]
