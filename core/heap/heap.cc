@@ -66,6 +66,18 @@ LargePick large_pick(size_t bytes) {
   return sample_pick() == SampleClient::kProfiler ? LargePick::kProfiler : LargePick::kGuard;
 }
 
+// The most pages a large object of npages may take from the page heap; above, it gets
+// a mapping of its own (a huge object). Where every mapping counts against a limit
+// (os::mappings_counted: strict overcommit, RLIMIT_AS), so do a segment's pages left
+// beside its large objects, free or not: a 4 MiB segment holds one 2 MiB object, and
+// a program of 2 MiB buffers ran out at half its limit. There an object above an
+// eighth of a segment is huge, which leaves at most that share over.
+constexpr size_t kCountedLargeMaxPages = kPagesPerSegment / 8;
+size_t large_max_pages(size_t npages) {
+  return npages <= kCountedLargeMaxPages || !os::mappings_counted() ? PageHeap::kMaxPages
+                                                                    : kCountedLargeMaxPages;
+}
+
 }  // namespace
 
 void* alloc_large(size_t size, size_t align, bool* zeroed) {
@@ -86,7 +98,7 @@ void* alloc_large(size_t size, size_t align, bool* zeroed) {
     }
   // With the guard option every large object gets a mapping of its own, between
   // inaccessible pages (segment_create_huge).
-  if (!g_config.guard && npages + align_pages - 1 <= PageHeap::kMaxPages) {
+  if (!g_config.guard && npages + align_pages - 1 <= large_max_pages(npages + align_pages - 1)) {
     bool z;
     Span* s = g_page_heap[current_shard()].alloc(npages, align_pages, SpanKind::kLarge, &z);
     if (!s) return os::fail_nomem();
@@ -217,7 +229,7 @@ size_t usable_size(const void* p) {
 namespace {
 
 // Whether an object of `size` bytes is huge (a mapping of its own; alloc_large).
-bool huge_size(size_t size) { return pages_for(size) > PageHeap::kMaxPages; }
+bool huge_size(size_t size) { return pages_for(size) > large_max_pages(pages_for(size)); }
 
 // Resizes huge span l's mapping to `size` (resize_huge_admitted), moving it only with
 // `may_move`; the span, moved or not, or nullptr (nothing changed).

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/auxv.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -331,6 +332,20 @@ int collapse(void* p, size_t bytes) {
   constexpr long kMadvCollapse = 25;  // <sys/mman.h> names it from glibc 2.37
   long r = syscall6(SYS_madvise, (long)p, (long)bytes, kMadvCollapse);
   return r == 0 ? 0 : static_cast<int>(-r);
+}
+
+bool mappings_counted() {
+  static int counted = -1;  // racing first calls read the same answer
+  int v = __atomic_load_n(&counted, __ATOMIC_RELAXED);
+  if (v < 0) {
+    char mode[4];
+    struct rlimit as;
+    v = (read_file("/proc/sys/vm/overcommit_memory", mode, sizeof mode) > 0 && mode[0] == '2') ||
+        (syscall6(SYS_prlimit64, 0, RLIMIT_AS, 0, reinterpret_cast<long>(&as)) == 0 &&
+         as.rlim_cur != RLIM_INFINITY);
+    __atomic_store_n(&counted, v, __ATOMIC_RELAXED);
+  }
+  return v;
 }
 
 bool seccomp_filtered() {

@@ -195,6 +195,10 @@ void sleep_ns(uint64_t ns);
 bool read_memory(uintptr_t at, void* out, size_t n);
 // Read up to `cap` bytes of a file into `buf` with raw syscalls; returns length or -1.
 long read_file(const char* path, char* buf, size_t cap);
+// Whether every writable mapping counts against a limit, pages written or not: strict
+// overcommit (vm.overcommit_memory=2, MAP_NORESERVE ignored) or an address-space
+// rlimit (RLIMIT_AS). Read once, on the first call (a large allocation's).
+bool mappings_counted();
 // Calls fn(line, len, arg) for each line of a file (without its newline; lines
 // longer than 1 KiB are cut there), read with raw syscalls through a small window, so
 // files of any length (mountinfo) need no big buffer; stops early when fn returns

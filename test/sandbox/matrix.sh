@@ -138,6 +138,35 @@ if command -v systemd-analyze >/dev/null; then
   fi
 fi
 
+# Container runtimes' default profiles, as the runtime builds the filter from the JSON
+# (profile.py): the containers' one Debian ships, and Docker's (EPERM for the rest,
+# no NUMA calls without CAP_SYS_NICE, clone3 ENOSYS). tools/uslab test puts the
+# profile beside the launcher; without it, said and left out.
+profile=${USLAB_SECCOMP_PROFILE:-$(dirname "$deny")/containers-seccomp.json}
+[ -f "$profile" ] || profile=/usr/share/containers/seccomp.json
+if [ -f "$profile" ]; then
+  for variant in containers docker; do
+    mapfile -t pargs < <(python3 "$(dirname "$0")/profile.py" "$profile" \
+      $([ $variant = docker ] && echo --docker))
+    f=("$deny" "${pargs[@]}" --)
+    run "$work/base" /dev/null "${f[@]}" "${py[@]}"; brc=$?
+    check '[ $brc -eq 0 ] && cmp -s "$work/base" "$work/py.want"' "python3 alone under the $variant profile: rc=$brc"
+    run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "${py[@]}"; rc=$?
+    check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want" && [ -z "$(uslab_lines "$work/err")" ]' \
+      "python3 under the $variant profile: rc=$rc, $(head -c 300 "$work/err")"
+    run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "$api"; rc=$?
+    check '[ $rc -eq 0 ] && [ "$(api_tally "$work/out")" = "$(cat "$work/api.want")" ] &&
+           [ -z "$(uslab_lines "$work/err")" ]' "api under the $variant profile: rc=$rc, $(head -c 300 "$work/err")"
+    run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" \
+      "$stress" "${stress_args[@]}"; rc=$?
+    check '[ $rc -eq 0 ] && grep -q " 0 failures" "$work/out" && grep -q " 0 failed" "$work/out" &&
+           [ -z "$(uslab_lines "$work/err")" ]' \
+      "stress under the $variant profile: rc=$rc, $(head -c 300 "$work/out" "$work/err")"
+  done
+else
+  echo "no container profile ($profile): left out (tools/uslab test fetches Debian's)"
+fi
+
 # The statistics name what was refused, with the error, and nothing else.
 refusals() {  # STDERR ACT: the JSON document's refused_syscalls, or "wrong: ..."
   python3 -c '
@@ -146,14 +175,17 @@ text = open(sys.argv[1]).read()
 start = 0 if text.startswith("{\n") else text.index("\n{\n") + 1
 refused = json.loads(text[start:text.rindex("\n}") + 2])["refused_syscalls"]
 bad = [k for k, v in refused.items() if v != sys.argv[2] or k not in sys.argv[3:]]
-print(",".join(sorted(refused)) if refused and not bad else "wrong: %s" % refused)
+print("wrong: %s" % refused if bad else ",".join(sorted(refused)) or "none")
 ' "$1" "$2" "${calls[@]}"
 }
 for act in EPERM ENOSYS; do
   run /dev/null "$work/err" "$deny" -e "$act" "$(IFS=,; echo "${calls[*]}")" -- \
     env LD_PRELOAD="$lib" USLAB_CONF="${mode}stats=json" "$api"
   said=$(refusals "$work/err" "$act" 2>&1)
-  check '[ -n "$said" ] && [ "${said#wrong}" = "$said" ] && [ "${said#Traceback}" = "$said" ]' \
+  # Some call of the whole list is always made (getrandom, madvise); of a subset
+  # (USLAB_SANDBOX_CALLS), maybe none.
+  check '[ -n "$said" ] && [ "${said#wrong}" = "$said" ] && [ "${said#Traceback}" = "$said" ] &&
+         { [ "$said" != none ] || [ -n "${USLAB_SANDBOX_CALLS:-}" ]; }' \
     "statistics of refusals ($act): $said"
   echo "refused ($act), as the statistics name them: $said"
 done

@@ -280,6 +280,34 @@ check_footprint() {
   python3 "$src/test/vm/footprint.py" "$build" "$threads" $peak 12000 "${extra[@]}"
 }
 
+# ---- strict overcommit: every private writable mapping counted against the limit ------
+# vm.overcommit_memory=2 (database hosts' setting) with the limit at half the guest's
+# memory: each allocator starts python3, then test/vm/commit.c allocates objects of
+# 64 B, 4 KiB, 1 MiB and 2 MiB on every CPU until malloc fails; uslab must fail with
+# ENOMEM, keep every object intact, allocate again after frees and reach 85% of the
+# headroom. The share each allocator reached is printed (bench/RESULTS.md's table).
+check_overcommit() {
+  local bad=0 mode ratio a s out rc
+  mode=$(cat /proc/sys/vm/overcommit_memory) ratio=$(cat /proc/sys/vm/overcommit_ratio)
+  echo 50 >/proc/sys/vm/overcommit_ratio && echo 2 >/proc/sys/vm/overcommit_memory ||
+    { echo "cannot set vm.overcommit_memory"; return 77; }
+  grep -E '^(MemTotal|CommitLimit|Committed_AS)' /proc/meminfo
+  for a in uslab glibc jemalloc mimalloc tcmalloc; do
+    [ -z "${peer_lib[$a]}" ] || [ -e "${peer_lib[$a]}" ] || continue
+    out=$(env LD_PRELOAD=${peer_lib[$a]} python3 -c 'print(sum(range(1000)))' 2>&1); rc=$?
+    echo "== $a: python3 starts: $([ $rc -eq 0 ] && [ "$out" = 499500 ] && echo yes || echo "no (exit $rc: $out)")"
+    [ $a = uslab ] && [ "$out" != 499500 ] && bad=1
+    for s in 64 4096 1048576 2097152; do
+      out=$(env LD_PRELOAD=${peer_lib[$a]} "$build/test/vm_commit" $s "$cpus" \
+        $([ $a = uslab ] && echo 85) 2>&1); rc=$?
+      echo "   $a: ${out:-no output} (exit $rc)"
+      [ $a = uslab ] && [ $rc -ne 0 ] && { echo "FAIL: uslab under strict overcommit, $s B"; bad=1; }
+    done
+  done
+  echo "$ratio" >/proc/sys/vm/overcommit_ratio; echo "$mode" >/proc/sys/vm/overcommit_memory
+  return $bad
+}
+
 # ---- the package (tools/uslab package) installed with apt, when the guest has one ------
 # (arm64.sh puts the arm64 .deb at /var/tmp/uslab.deb): the installed command, the
 # library by its SONAME preloaded into python3 in per-CPU mode, and apt's removal.
@@ -324,6 +352,7 @@ check_sandbox() {
 want sandbox && check sandbox check_sandbox
 want numa && check numa check_numa
 want numa && check numactl check_numactl
+want overcommit && check overcommit check_overcommit
 want hotplug && check hotplug check_hotplug
 want cgroup && check cgroup check_cgroup
 want programs && check programs check_programs

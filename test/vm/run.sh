@@ -11,7 +11,8 @@
 #   --possible N     CPU ids up to N-1 possible but absent (QEMU maxcpus): sparse ids
 #   --memless-node   one more node with two of the CPUs and no memory
 #   --checks LIST    comma-separated: topology,conformance,conformance-all,stress,
-#                    stress-all,numa,hotplug,cgroup,programs,sandbox,footprint;
+#                    stress-all,numa,overcommit,hotplug,cgroup,programs,sandbox,
+#                    footprint;
 #                    default: topology, conformance (less its os_page runs), stress,
 #                    numa, hotplug, cgroup, programs, sandbox (the NUMA calls refused
 #                    on real nodes); all: those with conformance-all,
