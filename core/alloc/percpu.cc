@@ -257,6 +257,14 @@ void* percpu_refill(uint32_t c, unsigned cls, Request r) {
   void* buf[kMaxRefill];
   const size_t batch = batch_size(cls);
   size_t n = depot.take(cls, buf, sheaves_per_move(c, cls) * batch, batch);
+  if (n == 0) {
+    // No slab could be made (out of memory, or mmap refused): objects of cls that other
+    // CPUs' sheaves hold (freed by a thread that has since moved, or by the thread
+    // that runs deferred frees) go back to the slabs, and the refill tries once more.
+    // No lock is held here; draining takes each CPU's.
+    percpu_drain_class(cls);
+    n = depot.take(cls, buf, sheaves_per_move(c, cls) * batch, batch);
+  }
   USLAB_PROBE(sheaf_refill, cls, n);
   bump(meta_[c].class_refills[cls]);
   if (n == 0) return os::fail_nomem();

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <malloc.h>
+#include <sched.h>
 #include <seccomp.h>
 #include <stdint.h>
 
@@ -75,8 +76,19 @@ int main(int argc, char **argv) {
                     ((unsigned char *)keep[i])[3999] != (i & 0xff)))
       corrupt++;
   CHECK(corrupt == 0);
-  /* Half freed after a grace period: the blocks that batch them come from memory
-   * uslab holds, or are chained through the objects, as none can be mapped now. */
+  /* Freed on another CPU than the one that allocates them again (a thread that
+   * moved): in the per-CPU mode they sit in that CPU's sheaves, which a refill that
+   * finds no memory must empty. Half are freed after a grace period: the blocks that
+   * batch them come from memory uslab holds, or are chained through the objects, as
+   * none can be mapped now. */
+  cpu_set_t all, one;
+  int here = sched_getcpu(), there = -1;
+  CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+  for (int c = 0; c < CPU_SETSIZE && there < 0; c++)
+    if (c != here && CPU_ISSET(c, &all)) there = c;
+  CPU_ZERO(&one);
+  CPU_SET(there >= 0 ? there : here, &one);
+  CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
   for (int i = 0; i < kBlocks; i++) {
     if (i & 1)
       uslab_free_deferred(keep[i]);
@@ -84,10 +96,14 @@ int main(int argc, char **argv) {
       free(keep[i]);
   }
   uslab_deferred_barrier();
+  CPU_ZERO(&one);
+  CPU_SET(here, &one);
+  CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
   int again = 0;
   for (int i = 0; i < kBlocks && again < got; i++)
     if ((keep[i] = malloc(4000))) again++;
   CHECK(again == got);
+  CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
   for (int i = 0; i < kBlocks; i++) free(keep[i]);
   free(big);
   /* The statistics, rendered without new memory, say what was refused (the ENOMEM
