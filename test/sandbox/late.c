@@ -26,6 +26,15 @@ int main(int argc, char **argv) {
   require_uslab();
   if (argc < 2) return 2;
   int err = !strcmp(argv[1], "ENOSYS") ? ENOSYS : !strcmp(argv[1], "ENOMEM") ? ENOMEM : EPERM;
+  /* On one CPU until the objects are freed elsewhere below: on several NUMA nodes each
+   * node's shard has memory of its own, which another node's allocations do not take
+   * (a thread that moved while it allocated would find fewer objects on its way back). */
+  cpu_set_t all, one;
+  int here = sched_getcpu(), there = -1;
+  CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+  CPU_ZERO(&one);
+  CPU_SET(here, &one);
+  CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
   /* Warm: some of every kind, freed, so that uslab holds memory it can hand out
    * again under the filter. */
   static void *keep[kBlocks];
@@ -81,9 +90,6 @@ int main(int argc, char **argv) {
    * finds no memory must empty. Half are freed after a grace period: the blocks that
    * batch them come from memory uslab holds, or are chained through the objects, as
    * none can be mapped now. */
-  cpu_set_t all, one;
-  int here = sched_getcpu(), there = -1;
-  CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
   for (int c = 0; c < CPU_SETSIZE && there < 0; c++)
     if (c != here && CPU_ISSET(c, &all)) there = c;
   CPU_ZERO(&one);
