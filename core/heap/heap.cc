@@ -69,9 +69,9 @@ LargePick large_pick(size_t bytes) {
 // The most pages a large object of npages may take from the page heap; above, it gets
 // a mapping of its own (a huge object). Where every mapping counts against a limit
 // (os::mappings_counted: strict overcommit, RLIMIT_AS), so do a segment's pages left
-// beside its large objects, free or not: a 4 MiB segment holds one 2 MiB object, and
-// a program of 2 MiB buffers ran out at half its limit. There an object above an
-// eighth of a segment is huge, which leaves at most that share over.
+// beside its large objects, free or not: a segment holds one object of half its size
+// and the other half counts too. There an object above an eighth of a segment is
+// huge, which leaves at most that share over.
 constexpr size_t kCountedLargeMaxPages = kPagesPerSegment / 8;
 size_t large_max_pages(size_t npages) {
   return npages <= kCountedLargeMaxPages || !os::mappings_counted() ? PageHeap::kMaxPages

@@ -25,24 +25,28 @@ namespace {
 
 // The system calls uslab makes that a sandbox may refuse, in the order the statistics
 // name them (refused_call_name).
-constexpr long kRefusable[] = {
-    SYS_rseq, SYS_membarrier, SYS_mbind, SYS_get_mempolicy, SYS_memfd_create, SYS_ftruncate,
-    SYS_mincore, SYS_madvise, SYS_mremap, SYS_mprotect, SYS_mmap, SYS_getrandom,
-    SYS_process_vm_readv, SYS_sched_getaffinity, SYS_getcpu, SYS_openat, SYS_readlinkat};
-constexpr const char* kRefusableName[] = {
-    "rseq", "membarrier", "mbind", "get_mempolicy", "memfd_create", "ftruncate",
-    "mincore", "madvise", "mremap", "mprotect", "mmap", "getrandom",
-    "process_vm_readv", "sched_getaffinity", "getcpu", "openat", "readlinkat"};
-static_assert(sizeof kRefusable / sizeof kRefusable[0] == sizeof kRefusableName / sizeof(char*));
-static_assert(sizeof kRefusable / sizeof kRefusable[0] <= 32);
+struct Refusable {
+  long nr;
+  const char* name;
+};
+constexpr Refusable kRefusable[] = {
+    {SYS_rseq, "rseq"}, {SYS_membarrier, "membarrier"}, {SYS_mbind, "mbind"},
+    {SYS_get_mempolicy, "get_mempolicy"}, {SYS_memfd_create, "memfd_create"},
+    {SYS_ftruncate, "ftruncate"}, {SYS_mincore, "mincore"}, {SYS_madvise, "madvise"},
+    {SYS_mremap, "mremap"}, {SYS_mprotect, "mprotect"}, {SYS_mmap, "mmap"},
+    {SYS_getrandom, "getrandom"}, {SYS_process_vm_readv, "process_vm_readv"},
+    {SYS_sched_getaffinity, "sched_getaffinity"}, {SYS_getcpu, "getcpu"},
+    {SYS_openat, "openat"}, {SYS_readlinkat, "readlinkat"}};
+constexpr unsigned kRefusableCount = sizeof kRefusable / sizeof kRefusable[0];
+static_assert(kRefusableCount <= 32);
 
 constinit uint32_t g_refused_eperm = 0, g_refused_enosys = 0;  // a bit per kRefusable entry
 
 // A call answered EPERM or ENOSYS: a seccomp filter's answers (or a kernel without
 // it), noted for the statistics. Only failures come here.
 [[gnu::noinline, gnu::cold]] void note_refused(long nr, long r) {
-  for (unsigned i = 0; i < sizeof kRefusable / sizeof kRefusable[0]; i++)
-    if (kRefusable[i] == nr)
+  for (unsigned i = 0; i < kRefusableCount; i++)
+    if (kRefusable[i].nr == nr)
       __atomic_fetch_or(r == -EPERM ? &g_refused_eperm : &g_refused_enosys, 1u << i,
                         __ATOMIC_RELAXED);
 }
@@ -95,7 +99,11 @@ RefusedCalls refused_calls() {
 }
 
 const char* refused_call_name(unsigned i) {
-  return i < sizeof kRefusableName / sizeof kRefusableName[0] ? kRefusableName[i] : nullptr;
+  return i < kRefusableCount ? kRefusable[i].name : nullptr;
+}
+
+const char* RefusedCalls::error(unsigned i) const {
+  return eperm >> i & 1 ? "EPERM" : enosys >> i & 1 ? "ENOSYS" : nullptr;
 }
 
 static bool failed(long r) { return r < 0 && r > -4096; }

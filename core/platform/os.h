@@ -61,6 +61,8 @@ long syscall6(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 
 // name of refused_call_name's list, for the statistics.
 struct RefusedCalls {
   uint32_t eperm, enosys;
+  // "EPERM" or "ENOSYS" for bit i, nullptr when that call was not refused.
+  const char* error(unsigned i) const;
 };
 RefusedCalls refused_calls();
 // The name of bit i of RefusedCalls; nullptr past the last.

@@ -312,8 +312,7 @@ void print_json(const Snapshot& s, void (*write)(void*, const char*), void* opaq
 
   j.begin_object("refused_syscalls");  // name: "EPERM" or "ENOSYS"
   for (unsigned i = 0; const char* name = os::refused_call_name(i); i++)
-    if ((s.refused.eperm | s.refused.enosys) >> i & 1)
-      j.str(name, s.refused.eperm >> i & 1 ? "EPERM" : "ENOSYS");
+    if (const char* err = s.refused.error(i)) j.str(name, err);
   j.end_object();
 
   const MemoryLimit& lim = s.limit;

@@ -108,9 +108,8 @@ void print_table(const Snapshot& s, void (*write)(void*, const char*), void* opa
     // background thread, the topology's nodes).
     size_t n = os::format(line, sizeof line, "system calls refused (a sandbox or the kernel):");
     for (unsigned i = 0; const char* name = os::refused_call_name(i); i++)
-      if ((s.refused.eperm | s.refused.enosys) >> i & 1)
-        n += os::format(line + n, sizeof line - n, " %s (%s)", name,
-                        s.refused.eperm >> i & 1 ? "EPERM" : "ENOSYS");
+      if (const char* err = s.refused.error(i))
+        n += os::format(line + n, sizeof line - n, " %s (%s)", name, err);
     os::format(line + n, sizeof line - n, "\n");
     write(opaque, line);
   }

@@ -65,11 +65,35 @@ run() { local out=$1 err=$2; shift 2; "$@" >"$out" 2>"$err"; }
 # What uslab printed besides the allowed line.
 uslab_lines() { grep '^uslab:' "$1" | grep -v '^uslab: mmap refused' | head -3; }
 
+# The three programs under a filter (the arguments after LABEL, ending in --), uslab
+# preloaded in the mode under test: each gives its unfiltered output, and uslab prints
+# nothing but its mmap line.
+preloaded=(env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}")
+expect_py() {
+  local label=$1 rc; shift
+  run "$work/out" "$work/err" "$@" "${preloaded[@]}" "${py[@]}"; rc=$?
+  check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want" && [ -z "$(uslab_lines "$work/err")" ]' \
+    "python3 $label: rc=$rc, $(head -c 300 "$work/err")"
+}
+expect_api() {
+  local label=$1 rc; shift
+  run "$work/out" "$work/err" "$@" "${preloaded[@]}" "$api"; rc=$?
+  check '[ $rc -eq 0 ] && [ "$(api_tally "$work/out")" = "$(cat "$work/api.want")" ] &&
+         [ -z "$(uslab_lines "$work/err")" ]' "api $label: rc=$rc, $(head -c 300 "$work/err")"
+}
+expect_stress() {
+  local label=$1 rc; shift
+  run "$work/out" "$work/err" "$@" "${preloaded[@]}" "$stress" "${stress_args[@]}"; rc=$?
+  check '[ $rc -eq 0 ] && grep -q " 0 failures" "$work/out" && grep -q " 0 failed" "$work/out" &&
+         [ -z "$(uslab_lines "$work/err")" ]' \
+    "stress $label: rc=$rc, $(head -c 300 "$work/out" "$work/err")"
+}
+
 # The unfiltered outputs each filtered run must give.
 run "$work/py.want" /dev/null "${py[@]}"
 # The conformance program's tally (its malloc_info lines depend on what was returned).
 api_tally() { grep '^api: ' "$1"; }
-run "$work/api.out" /dev/null env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "$api"
+run "$work/api.out" /dev/null "${preloaded[@]}" "$api"
 api_tally "$work/api.out" > "$work/api.want"
 grep -q ' 0 failed' "$work/api.want" || { echo "FAILED: api fails unfiltered"; exit 1; }
 
@@ -82,20 +106,12 @@ for act in EPERM ENOSYS; do
     # EPERM: no threads) is not uslab's to survive.
     run "$work/base" /dev/null "${f[@]}" "${py[@]}"; brc=$?
     if [ $brc -eq 0 ] && cmp -s "$work/base" "$work/py.want"; then
-      run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "${py[@]}"; rc=$?
-      check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want" && [ -z "$(uslab_lines "$work/err")" ]' \
-        "python3, $c refused ($act): rc=$rc, $(head -c 300 "$work/err")"
+      expect_py "$c refused ($act)" "${f[@]}"
     fi
-    run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "$api"; rc=$?
-    check '[ $rc -eq 0 ] && [ "$(api_tally "$work/out")" = "$(cat "$work/api.want")" ] &&
-           [ -z "$(uslab_lines "$work/err")" ]' \
-      "api, $c refused ($act): rc=$rc, $(head -c 300 "$work/err")"
+    expect_api "$c refused ($act)" "${f[@]}"
     if [ $brc -eq 0 ] && [ "$c" != $stress_needs ]; then  # it starts threads as python3 does
-      sf=(env "$deny" -e "$act" "$(echo "$list" | tr , '\n' | grep -vx $stress_needs | paste -sd,)" --)
-      run "$work/out" "$work/err" "${sf[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" \
-        "$stress" "${stress_args[@]}"; rc=$?
-      check '[ $rc -eq 0 ] && grep -q " 0 failures" "$work/out" && grep -q " 0 failed" "$work/out" && [ -z "$(uslab_lines "$work/err")" ]' \
-        "stress, $c refused ($act): rc=$rc, $(head -c 300 "$work/out" "$work/err")"
+      expect_stress "$c refused ($act)" \
+        env "$deny" -e "$act" "$(echo "$list" | tr , '\n' | grep -vx $stress_needs | paste -sd,)" --
     fi
   done
 done
@@ -104,7 +120,7 @@ done
 for c in "${calls[@]}"; do
   run "$work/base" /dev/null "$deny" -k "$c" -- "${py[@]}"; brc=$?
   [ $brc -eq 0 ] || continue
-  run "$work/out" "$work/err" "$deny" -k "$c" -- env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "${py[@]}"; rc=$?
+  run "$work/out" "$work/err" "$deny" -k "$c" -- "${preloaded[@]}" "${py[@]}"; rc=$?
   if [ -n "${NEEDS[$c]+set}" ] && [ -z "${NEEDS[$c]}" ]; then
     echo "python3 killed at $c with uslab (rc=$rc): uslab needs $c here"
   elif [ -n "${NEEDS[$c]:-}" ]; then
@@ -129,11 +145,8 @@ if command -v systemd-analyze >/dev/null; then
     f=("$deny" -k -a "$allowed" --)
     run "$work/base" /dev/null "${f[@]}" "${py[@]}"; brc=$?
     if [ $brc -eq 0 ]; then
-      run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "${py[@]}"; rc=$?
-      check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want"' "python3 under @system-service: rc=$rc"
-      run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" \
-        "$stress" "${stress_args[@]}"; rc=$?
-      check '[ $rc -eq 0 ] && grep -q " 0 failures" "$work/out" && grep -q " 0 failed" "$work/out"' "stress under @system-service: rc=$rc"
+      expect_py "under @system-service" "${f[@]}"
+      expect_stress "under @system-service" "${f[@]}"
     fi
   fi
 fi
@@ -151,17 +164,9 @@ if [ -f "$profile" ]; then
     f=("$deny" "${pargs[@]}" --)
     run "$work/base" /dev/null "${f[@]}" "${py[@]}"; brc=$?
     check '[ $brc -eq 0 ] && cmp -s "$work/base" "$work/py.want"' "python3 alone under the $variant profile: rc=$brc"
-    run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "${py[@]}"; rc=$?
-    check '[ $rc -eq 0 ] && cmp -s "$work/out" "$work/py.want" && [ -z "$(uslab_lines "$work/err")" ]' \
-      "python3 under the $variant profile: rc=$rc, $(head -c 300 "$work/err")"
-    run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "$api"; rc=$?
-    check '[ $rc -eq 0 ] && [ "$(api_tally "$work/out")" = "$(cat "$work/api.want")" ] &&
-           [ -z "$(uslab_lines "$work/err")" ]' "api under the $variant profile: rc=$rc, $(head -c 300 "$work/err")"
-    run "$work/out" "$work/err" "${f[@]}" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" \
-      "$stress" "${stress_args[@]}"; rc=$?
-    check '[ $rc -eq 0 ] && grep -q " 0 failures" "$work/out" && grep -q " 0 failed" "$work/out" &&
-           [ -z "$(uslab_lines "$work/err")" ]' \
-      "stress under the $variant profile: rc=$rc, $(head -c 300 "$work/out" "$work/err")"
+    expect_py "under the $variant profile" "${f[@]}"
+    expect_api "under the $variant profile" "${f[@]}"
+    expect_stress "under the $variant profile" "${f[@]}"
   done
 else
   echo "no container profile ($profile): left out (tools/uslab test fetches Debian's)"
@@ -192,7 +197,7 @@ done
 
 # mmap, mremap and mprotect refused after start: ENOMEM, one line said, nothing lost.
 for e in EPERM ENOSYS ENOMEM; do
-  run "$work/out" "$work/err" env LD_PRELOAD="$lib" USLAB_CONF="${mode%,}" "$late" "$e"; rc=$?
+  run "$work/out" "$work/err" "${preloaded[@]}" "$late" "$e"; rc=$?
   said=$(grep -c '^uslab: mmap refused' "$work/err")
   want=1; [ $e = ENOMEM ] && want=0
   check '[ $rc -eq 0 ] && grep -q " 0 failed" "$work/out" && [ "$said" -eq $want ] &&
