@@ -311,6 +311,10 @@ long thp_resident_bytes() {
   return kib < 0 ? -1 : kib << 10;
 }
 
+const char* thp_mode_name(ThpMode m) {
+  return m == ThpMode::kNever ? "never" : m == ThpMode::kMadvise ? "madvise" : "always";
+}
+
 ThpMode thp_mode() {
   // 0: not read yet; else the mode + 1. Racing first readers read the same file.
   static constinit std::atomic<uint8_t> mode{0};

@@ -137,6 +137,7 @@ uint64_t random_u64();
 // enabled, read once), and madvise(MADV_HUGEPAGE or MADV_NOHUGEPAGE) on a range.
 enum class ThpMode : uint8_t { kNever, kMadvise, kAlways };
 ThpMode thp_mode();
+const char* thp_mode_name(ThpMode m);  // "never", "madvise", "always"
 bool advise_huge(void* p, size_t bytes, bool huge);
 // madvise(MADV_COLLAPSE) on a range (Linux 6.1+): its resident pages copied into huge
 // pages now, where khugepaged would take its time. 0, or the error: EINVAL on a kernel

@@ -130,10 +130,6 @@ const char* background_state_name(BackgroundState s) {
   }
 }
 
-const char* thp_system_name(os::ThpMode m) {
-  return m == os::ThpMode::kNever ? "never" : m == os::ThpMode::kMadvise ? "madvise" : "always";
-}
-
 }  // namespace
 
 void print_json(const Snapshot& s, void (*write)(void*, const char*), void* opaque) {
@@ -279,7 +275,7 @@ void print_json(const Snapshot& s, void (*write)(void*, const char*), void* opaq
 
   j.begin_object("thp");
   j.boolean("enabled", s.thp_enabled);
-  j.str("system", thp_system_name(s.thp_system));
+  j.str("system", os::thp_mode_name(s.thp_system));
   j.num("segments", st.huge_segments);
   j.num("collapses", st.thp_collapses);
   j.num("splits", st.thp_splits);

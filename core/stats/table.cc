@@ -210,6 +210,23 @@ void topology_print(void (*write)(void*, const char*), void* opaque) {
   memory_limit_describe(memory_limit(true), memory_limit_stats(), heap_resident_estimate(), text,
                         sizeof text);
   write(opaque, text);
+  // Each feature with the release that added it: an older kernel's "no" is expected.
+  os::KernelFeatures k;
+  os::kernel_features(&k);
+  out("Kernel %s offers:\n", k.release);
+  out("  rseq: %s; its mm_cid field (Linux 6.3): %s (feature size %u)\n", os::offered_name(k.rseq),
+      k.rseq_mm_cid ? "yes" : "no", k.rseq_feature_size);
+  out("  madvise: MADV_FREE (4.5) %s, MADV_POPULATE_WRITE (5.14) %s, MADV_COLLAPSE (6.1) %s, "
+      "guard regions (6.13) %s\n",
+      os::offered_name(k.madv_free), os::offered_name(k.madv_populate),
+      os::offered_name(k.madv_collapse), os::offered_name(k.madv_guard));
+  out("  membarrier's rseq fences (5.10): %s\n", os::offered_name(k.membarrier_rseq));
+  out("  transparent huge pages: %s\n", os::thp_mode_name(os::thp_mode()));
+  if (k.cgroup_version)
+    out("  memory controller: cgroup v%d\n", k.cgroup_version);
+  else
+    out("  memory controller: none mounted\n");
+  out("  seccomp filter: %s\n", k.seccomp ? "yes" : "no");
 }
 
 namespace {

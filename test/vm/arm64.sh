@@ -63,21 +63,9 @@ kdir=$cache
 [ "$page" = 16k ] && kdir=$cache/16k
 kernel=$(ls "$kdir"/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
 if [ -z "$kernel" ] && [ "$page" = 16k ]; then
-  command -v curl >/dev/null || skip "no curl to download trixie's 16k kernel"
-  mirror=${USLAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
   tmp=$(mktemp -d)
-  curl -fsS -o "$tmp/Packages.xz" "$mirror/dists/trixie/main/binary-arm64/Packages.xz" ||
-    { rm -rf "$tmp"; skip "could not download trixie's package index"; }
-  # The metapackage names the image; the image's stanza its file. (awk reads to the
-  # end: an early exit would stop xz with SIGPIPE, a failure under pipefail.)
-  index() { xz -dc "$tmp/Packages.xz" | awk -v p="$1" -v f="$2" '
-    $0 == "Package: " p {s = 1}
-    s && !done && index($0, f ": ") == 1 {sub(f ": ", ""); print; done = 1}
-    s && $0 == "" {s = 0}'; }
-  pkg=$(index linux-image-arm64-16k Depends | sed 's/ .*//')
-  file=$([ -n "$pkg" ] && index "$pkg" Filename)
-  [ -n "$file" ] || { rm -rf "$tmp"; skip "trixie's index names no linux-image-arm64-16k"; }
-  curl -fsS -o "$tmp/k.deb" "$mirror/$file" || { rm -rf "$tmp"; skip "could not download $file"; }
+  bash "$src/test/vm/kernel_deb.sh" trixie arm64 linux-image-arm64-16k "$tmp/k.deb" ||
+    { rm -rf "$tmp"; skip "could not download trixie's 16k kernel"; }
   dpkg-deb -x "$tmp/k.deb" "$tmp/x"
   cp "$tmp"/x/boot/vmlinuz-* "$kdir/"
   rm -rf "$tmp"

@@ -70,6 +70,30 @@ check_topology() {
   return $bad
 }
 
+# ---- the kernel: what uslab finds it offers is what its release added -------------------
+# (Debian's kernels: none backports these calls.) And the memory controller as booted.
+check_kernel() {
+  local out rel v bad=0
+  out=$("$build/uslab-topology" 2>&1 | sed -n '/^Kernel /,$p'); echo "$out"
+  rel=$(uname -r); v=$(awk -F. '{print $1 * 1000 + $2}' <<<"$rel")
+  expect() {  # expect LABEL SINCE: "LABEL yes" from release SINCE on, "LABEL no" before
+    local want=no
+    [ "$v" -ge "$2" ] && want=yes
+    grep -qF "$1 $want" <<<"$out" || { echo "FAIL: $1 expected $want on $rel"; bad=1; }
+  }
+  expect "rseq:" 4018
+  expect "its mm_cid field (Linux 6.3):" 6003
+  expect "MADV_FREE (4.5)" 4005
+  expect "MADV_POPULATE_WRITE (5.14)" 5014
+  expect "MADV_COLLAPSE (6.1)" 6001
+  expect "guard regions (6.13)" 6013
+  expect "membarrier's rseq fences (5.10):" 5010
+  local ctl="cgroup v$cgv"
+  [ "$cgv" = none ] && ctl="none mounted"
+  grep -qF "memory controller: $ctl" <<<"$out" || { echo "FAIL: not $ctl"; bad=1; }
+  return $bad
+}
+
 # ---- meson's tests, from the host's list (run.sh writes tests.tsv) ------------------------
 # run_listed SUITE REGEX [SKIP]: every test of SUITE whose name matches REGEX and not
 # SKIP, with its environment and ten times its timeout (emulated CPUs are slow;
@@ -177,26 +201,60 @@ check_hotplug() {
 }
 
 # ---- containers: memory.max, memory.high, nested limits ----------------------------------
+# cgroup v2 (the default), or v1 (uslab.cgroup=1: the memory and cpu controllers
+# mounted on their own hierarchies, as older container hosts have them; set up before
+# the checks, below). The checks name v2's files; v1 has its own for each, and no
+# memory.high.
 cg=/sys/fs/cgroup
+cgv=$(arg cgroup); cgv=${cgv:-2}
+cg_dir() {  # cg_dir CONTROLLER NAME: the group's directory for that controller
+  if [ "$cgv" = 1 ]; then echo "$cg/$1/uslab/$2"; else echo "$cg/uslab/$2"; fi
+}
+# cg_set NAME FILE=VALUE: a v2 setting, or its v1 counterpart.
+cg_set() {
+  local name=$1 file=${2%%=*} value=${2#*=}
+  if [ "$cgv" = 2 ]; then echo "$value" >"$(cg_dir memory "$name")/$file"; return; fi
+  case $file in
+    memory.max) echo "$value" >"$(cg_dir memory "$name")/memory.limit_in_bytes" ;;
+    memory.swap.max) ;;  # the guest has no swap
+    cpu.max) echo "${value#* }" >"$(cg_dir cpu "$name")/cpu.cfs_period_us"
+             echo "${value%% *}" >"$(cg_dir cpu "$name")/cpu.cfs_quota_us" ;;
+    *) echo "cg_set: $file has no cgroup v1 counterpart" >&2; return 1 ;;
+  esac
+}
 # in_cgroup NAME SETTINGS -- CMD...: runs CMD alone in a new child cgroup with the given
-# "file=value" settings; prints its memory.events and memory.peak; returns CMD's status.
+# "file=value" settings; prints its memory events and peak; returns CMD's status.
 in_cgroup() {
   local name=$1; shift
-  local dir=$cg/uslab/$name
-  mkdir -p "$dir"
-  while [ "$1" != "--" ]; do echo "${1#*=}" >"$dir/${1%%=*}"; shift; done; shift
-  sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$dir" "$@"
+  local mem cpu
+  mem=$(cg_dir memory "$name") cpu=$(cg_dir cpu "$name")
+  mkdir -p "$mem" "$cpu"
+  while [ "$1" != "--" ]; do cg_set "$name" "$1"; shift; done; shift
+  sh -c 'echo $$ >"$1/cgroup.procs"; echo $$ >"$2/cgroup.procs"; shift 2; exec "$@"' sh "$mem" "$cpu" "$@"
   local rc=$?
-  echo "   memory.events: $(tr '\n' ' ' <"$dir/memory.events"); memory.peak: $(($(cat "$dir/memory.peak" 2>/dev/null || echo 0) >> 20)) MiB"
-  rmdir "$dir" 2>/dev/null
+  if [ "$cgv" = 1 ]; then
+    echo "   memory.failcnt: $(cat "$mem/memory.failcnt"); memory.max_usage_in_bytes: $(($(cat "$mem/memory.max_usage_in_bytes") >> 20)) MiB"
+  else
+    echo "   memory.events: $(tr '\n' ' ' <"$mem/memory.events"); memory.peak: $(($(cat "$mem/memory.peak" 2>/dev/null || echo 0) >> 20)) MiB"
+  fi
+  rmdir "$mem" "$cpu" 2>/dev/null
   return $rc
 }
+if [ "$cgv" = 1 ]; then
+  { umount $cg && mount -t tmpfs cgroup $cg && mkdir $cg/memory $cg/cpu &&
+    mount -t cgroup -o memory cgroup $cg/memory && mount -t cgroup -o cpu,cpuacct cgroup $cg/cpu; } \
+    >>/results/machine.log 2>&1 || cgv=none
+  echo "cgroup: v$cgv" >>/results/machine.log
+fi
 check_cgroup() {
   local bad=0 a rc out
-  [ -e $cg/cgroup.controllers ] || { echo "no cgroup v2: skipped"; return 77; }
-  mkdir -p $cg/uslab
-  echo "+memory +cpu" >$cg/cgroup.subtree_control
-  echo "+memory +cpu" >$cg/uslab/cgroup.subtree_control
+  [ "$cgv" != none ] || { echo "this kernel has no cgroup v1 memory controller: skipped"; return 77; }
+  [ "$cgv" = 1 ] || [ -e $cg/cgroup.controllers ] || { echo "no cgroup v2: skipped"; return 77; }
+  if [ "$cgv" = 2 ]; then
+    mkdir -p $cg/uslab
+    echo "+memory +cpu" >$cg/cgroup.subtree_control
+    echo "+memory +cpu" >$cg/uslab/cgroup.subtree_control
+  fi
   # A 48 MiB cache flushed and refilled with other sizes, in a container of 80 MiB.
   for a in uslab glibc jemalloc mimalloc tcmalloc; do
     echo "== $a, memory.max 80M"
@@ -209,6 +267,7 @@ check_cgroup() {
   # Above memory.high the kernel throttles the cgroup's allocations instead: a peer
   # that stays above it for long crawls (jemalloc had not finished after 10 minutes).
   for a in uslab jemalloc; do
+    [ "$cgv" = 2 ] || break
     echo "== $a, memory.high 80M (throttled above it, not killed; 40 s allowed)"
     local t0=$SECONDS
     in_cgroup "high-$a" memory.high=80M memory.swap.max=0 -- timeout 40 \
@@ -219,13 +278,15 @@ check_cgroup() {
   # uslab's limit comes from the cgroup, and from a parent's limit too.
   echo "== the limit uslab takes: memory.max 300M on the cgroup, then on its parent only"
   out=$(in_cgroup limit memory.max=300M -- "$build/uslab-topology" | grep "memory limit"); echo "$out"
-  grep -q "of 314572800, cgroup v2" <<<"$out" || { echo "FAIL: not 90% of memory.max"; bad=1; }
-  mkdir -p $cg/uslab/parent; echo 300M >$cg/uslab/parent/memory.max
-  echo "+memory" >$cg/uslab/parent/cgroup.subtree_control
-  out=$(sh -c 'mkdir -p '$cg'/uslab/parent/child; echo $$ >'$cg'/uslab/parent/child/cgroup.procs; exec "$0"' \
+  grep -q "of 314572800, cgroup v$cgv" <<<"$out" || { echo "FAIL: not 90% of memory.max"; bad=1; }
+  local parent
+  parent=$(cg_dir memory parent)
+  mkdir -p "$parent"; cg_set parent memory.max=300M
+  [ "$cgv" = 2 ] && echo "+memory" >"$parent/cgroup.subtree_control"
+  out=$(sh -c 'mkdir -p "$1/child"; echo $$ >"$1/child/cgroup.procs"; exec "$2"' sh "$parent" \
         "$build/uslab-topology" | grep "memory limit"); echo "$out"
-  grep -q "of 314572800, cgroup v2" <<<"$out" || { echo "FAIL: the parent's limit not seen"; bad=1; }
-  rmdir $cg/uslab/parent/child $cg/uslab/parent
+  grep -q "of 314572800, cgroup v$cgv" <<<"$out" || { echo "FAIL: the parent's limit not seen"; bad=1; }
+  rmdir "$parent/child" "$parent"
   # memory_limit_hard: allocations past the limit fail with ENOMEM; no OOM kill.
   echo "== uslab, memory.max 96M, memory_limit_hard=true"
   in_cgroup hard memory.max=96M memory.swap.max=0 -- env LD_PRELOAD=$lib \
@@ -331,6 +392,7 @@ check_package() {
 }
 
 want topology && check topology check_topology
+want kernel && check kernel check_kernel
 # The conformance suite whole, less on x86-64 its runs at OS pages of 16 and 64 KiB
 # (os_page): those ask of this kernel what the host's run asks of it, and the arm64
 # guests run them (one on a real 16 KiB kernel); conformance-all: every test.

@@ -3,20 +3,25 @@
 # runs the guest suite (guest.sh) there against this tree's build, and reports.
 #
 # usage: run.sh [--cpus N] [--nodes K] [--mem MIB] [--possible N] [--memless-node]
-#               [--checks LIST] [--script FILE] [--kvm] [--timeout SECONDS] [--keep DIR] BUILD
+#               [--kernel SERIES] [--cgroup 1|2] [--checks LIST] [--script FILE] [--kvm]
+#               [--timeout SECONDS] [--keep DIR] BUILD
 #   --cpus N         CPUs present at boot (default 4, what CI runs), split evenly over
 #                    the nodes
 #   --nodes K        NUMA nodes with memory (default 2), MIB/K MiB each
 #   --mem MIB        guest memory (default 2048)
 #   --possible N     CPU ids up to N-1 possible but absent (QEMU maxcpus): sparse ids
 #   --memless-node   one more node with two of the CPUs and no memory
-#   --checks LIST    comma-separated: topology,conformance,conformance-all,stress,
-#                    stress-all,numa,overcommit,hotplug,cgroup,programs,sandbox,
+#   --kernel SERIES  Debian's kernel of that series: 6.1 (bookworm's, the image's own,
+#                    the default), 5.10 (bullseye's) or 6.12 (trixie's): kernel_image.sh
+#   --cgroup 1|2     the cgroup version the checks run under (default 2; 1: the memory
+#                    and cpu controllers on v1 hierarchies, which 6.12 no longer has)
+#   --checks LIST    comma-separated: topology,kernel,conformance,conformance-all,
+#                    stress,stress-all,numa,overcommit,hotplug,cgroup,programs,sandbox,
 #                    footprint;
-#                    default: topology, conformance (less its os_page runs), stress,
-#                    numa, hotplug, cgroup, programs, sandbox (the NUMA calls refused
-#                    on real nodes); all: those with conformance-all,
-#                    stress-all and footprint
+#                    default: topology, kernel (what uslab finds the kernel offers),
+#                    conformance (less its os_page runs), stress, numa, hotplug,
+#                    cgroup, programs, sandbox (the NUMA calls refused on real nodes);
+#                    all: those with conformance-all, stress-all and footprint
 #   --script FILE    also run FILE with bash in the guest (check "script"; $build, $lib,
 #                    $src are set): to reproduce something there by hand
 #   --kvm            KVM instead of emulation (TCG): hung after the boot loader on
@@ -28,7 +33,7 @@
 # guest cannot run here (the reason is printed; never a silent pass).
 set -u
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cpus=4 nodes=2 mem=2048 possible=0 memless=0 checks=default accel=tcg timeout=1500 keep= script=
+cpus=4 nodes=2 mem=2048 possible=0 memless=0 checks=default kernel=6.1 cgroup=2 accel=tcg timeout=1500 keep= script=
 while [ $# -gt 1 ]; do
   case $1 in
     --cpus) cpus=$2; shift 2 ;;
@@ -36,6 +41,8 @@ while [ $# -gt 1 ]; do
     --mem) mem=$2; shift 2 ;;
     --possible) possible=$2; shift 2 ;;
     --memless-node) memless=1; shift ;;
+    --kernel) kernel=$2; shift 2 ;;
+    --cgroup) cgroup=$2; shift 2 ;;
     --checks) checks=$2; shift 2 ;;
     --script) script=$2; shift 2 ;;
     --kvm) accel=kvm; shift ;;
@@ -50,10 +57,11 @@ skip() { echo "SKIP: $*"; exit 77; }
 
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (Debian: qemu-system-x86)"
 [ -x "$build/test/api" ] && [ -e "$build/libuslab.so" ] || { echo "run.sh: $build is not a built tree" >&2; exit 2; }
-img=$(bash "$src/test/vm/image.sh"); rc=$?
+case $cgroup in 1|2) ;; *) echo "run.sh: --cgroup is 1 or 2" >&2; exit 2 ;; esac
+img=$(bash "$src/test/vm/kernel_image.sh" "$kernel"); rc=$?
 [ $rc -eq 0 ] || exit $rc
-[ "$checks" = default ] && checks=topology,conformance,stress,numa,hotplug,cgroup,programs,sandbox
-[ "$checks" = all ] && checks=topology,conformance-all,stress-all,numa,hotplug,cgroup,programs,sandbox,footprint
+[ "$checks" = default ] && checks=topology,kernel,conformance,stress,numa,hotplug,cgroup,programs,sandbox
+[ "$checks" = all ] && checks=topology,kernel,conformance-all,stress-all,numa,hotplug,cgroup,programs,sandbox,footprint
 [ $((cpus % nodes)) -eq 0 ] || { echo "run.sh: $cpus CPUs do not split over $nodes nodes" >&2; exit 2; }
 
 out=${keep:-$(mktemp -d /tmp/uslab-vm.XXXXXX)}
@@ -82,7 +90,7 @@ shape="$cpus CPUs"
 [ "$possible" -gt "$cpus" ] && shape+=" ($possible possible)"
 shape+=", $nodes nodes of $per_node MiB"
 [ $memless -eq 1 ] && shape+=" and one without memory"
-shape+=", $accel"
+shape+=", $accel, kernel $kernel, cgroup v$cgroup"
 echo "vm: $shape; checks: $checks"
 accel_args=(-accel tcg,thread=multi -cpu max)
 [ $accel = kvm ] && accel_args=(-accel kvm -cpu host)
@@ -93,7 +101,7 @@ cmdline="console=ttyS0 root=/dev/vda rw rootfstype=ext4 init=/sbin/uslab-init pa
 # other work, and the guest dropped to a shell. Possible-but-absent CPUs stay absent.
 [ "$cpus" -gt 16 ] && cmdline+=" maxcpus=4"
 cmdline+=" uslab.src=$src uslab.build=$build uslab.checks=$checks uslab.nodes=$nodes"
-cmdline+=" uslab.cpus=$cpus uslab.memless=$memless uslab.possible=$possible"
+cmdline+=" uslab.cpus=$cpus uslab.memless=$memless uslab.possible=$possible uslab.cgroup=$cgroup"
 virtfs=(-virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on"
         -virtfs "local,path=$out,mount_tag=results,security_model=none")
 case $build in "$src"/build) ;; *)
