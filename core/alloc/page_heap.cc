@@ -458,8 +458,9 @@ Span* PageHeap::purge_span(Span* s, size_t* bytes, size_t* kept) {
     thp_splits_++;
     advise_huge(seg, false);
   }
-  os::purge(reinterpret_cast<void*>(lo), hi - lo);
-  *bytes = hi - lo;
+  // Refused (locked pages), the pages are zeroed instead: a clean span's read as zero
+  // (calloc counts on it), resident or not.
+  if (os::purge_zeroing(reinterpret_cast<void*>(lo), hi - lo)) *bytes = hi - lo;
   if (kept) *kept = ((lo > start ? lo - start : 0) + (hi < end ? end - hi : 0)) >> kPageShift;
   remove_free(s);
   // The pages at either end that share an OS page with a span in use stay dirty,

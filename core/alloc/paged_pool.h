@@ -77,7 +77,7 @@ class PagedPool {
       next = pg->next;
       if (!all && now - pg->empty_since < age_ms) continue;
       empty_.remove(pg);
-      os::purge(address_of(pg), page());
+      os::purge_zeroing(address_of(pg), page());  // a clean page's records read as zero
       pg->free = nullptr;
       pg->nfree = 0;
       clean_.push_front(pg);

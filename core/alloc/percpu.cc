@@ -550,7 +550,8 @@ void release_idle_slot_pages(uint32_t c, CpuMeta& m) {
   while (release) {
     uint32_t lo = static_cast<uint32_t>(__builtin_ctzll(release)), hi = lo;
     while (hi + 1 < 64 && (release >> (hi + 1) & 1)) hi++;
-    os::purge(region_of(c) + size_t{lo} * os::page_size(), size_t{hi - lo + 1} * os::page_size());
+    os::purge_zeroing(region_of(c) + size_t{lo} * os::page_size(),
+                      size_t{hi - lo + 1} * os::page_size());
     uint64_t run = (~uint64_t{0} >> (63 - hi)) & (~uint64_t{0} << lo);
     release &= ~run;
     m.pages_ready &= ~run;

@@ -47,7 +47,10 @@ void PageMap::release_segment(const void* base) {
   // Before the unmap: once the range is unmapped, a new segment there may be setting
   // entries in this page.
   std::atomic<uintptr_t>* e = &leaf->e[(a >> kPageShift) & ((uintptr_t{1} << kLeafBits) - 1)];
-  if (os::page_size() == kEntryBytes) return os::purge(e, kEntryBytes);
+  if (os::page_size() == kEntryBytes) {
+    os::purge_zeroing(e, kEntryBytes);
+    return;
+  }
   // A larger OS page holds other segments' entries too, which other threads may be
   // setting: this segment's are cleared, and the page stays.
   for (size_t i = 0; i < kSegmentSize >> kPageShift; i++) e[i].store(0, std::memory_order_relaxed);

@@ -259,9 +259,22 @@ bool remap_to(void* p, size_t old_bytes, size_t new_bytes, void* to) {
   return true;
 }
 
-void purge(void* p, size_t bytes) {
+static constinit size_t g_purge_refused_bytes = 0;
+
+bool purge(void* p, size_t bytes) {
   USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)) && page_aligned(bytes));
-  syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED); }
+  if (syscall6(SYS_madvise, (long)p, (long)bytes, MADV_DONTNEED) == 0) return true;
+  __atomic_fetch_add(&g_purge_refused_bytes, bytes, __ATOMIC_RELAXED);
+  return false;
+}
+
+bool purge_zeroing(void* p, size_t bytes) {
+  if (purge(p, bytes)) return true;
+  memset(p, 0, bytes);
+  return false;
+}
+
+size_t purge_refused_bytes() { return __atomic_load_n(&g_purge_refused_bytes, __ATOMIC_RELAXED); }
 
 void populate(const void* p, size_t bytes) {
 #ifndef MADV_POPULATE_WRITE

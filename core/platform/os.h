@@ -116,8 +116,16 @@ bool remap_to(void* p, size_t old_bytes, size_t new_bytes, void* to);
 // MAP_FIXED_NOREPLACE); a range still ours but partly mapped is left (address space
 // only, never touched).
 void unmap_if_unclaimed(void* p, size_t bytes);
-// Return pages to the OS; the range reads as zero afterwards.
-void purge(void* p, size_t bytes);
+// Gives the pages of [p, p + bytes) back to the OS (madvise MADV_DONTNEED): they read
+// as zero when next touched. False when the kernel refused: locked pages (mlock,
+// mlockall with MCL_FUTURE: EINVAL), a seccomp filter; they keep their contents then.
+bool purge(void* p, size_t bytes);
+// purge, and where the kernel refuses, zeros written instead: for memory whose users
+// count on reading zeros after a purge (the page heap's clean spans, the page map,
+// per-CPU slots, descriptor pages). False when the pages stay resident.
+bool purge_zeroing(void* p, size_t bytes);
+// Bytes of purges the kernel refused since start (the statistics).
+size_t purge_refused_bytes();
 // Backs the pages overlapping [p, p + bytes) with writable memory now
 // (MADV_POPULATE_WRITE, Linux 5.14; nothing where the kernel lacks it), without
 // changing their contents. For metadata that would otherwise be read before it is

@@ -310,6 +310,7 @@ void print_json(const Snapshot& s, void (*write)(void*, const char*), void* opaq
   for (unsigned i = 0; const char* name = os::refused_call_name(i); i++)
     if (const char* err = s.refused.error(i)) j.str(name, err);
   j.end_object();
+  j.num("purge_refused_bytes", s.purge_refused_bytes);
 
   const MemoryLimit& lim = s.limit;
   const LimitStats& ls = s.limit_stats;

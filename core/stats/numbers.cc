@@ -53,6 +53,7 @@ Snapshot::Snapshot(bool smaps) {
   poison = g_config.poison;
   guard_pages = g_config.guard;
   refused = os::refused_calls();
+  purge_refused_bytes = os::purge_refused_bytes();
 
   topology = &topology_in_use();
   shards = shard_count();

@@ -88,6 +88,7 @@ struct Snapshot {
   DeferredStats deferred;
   BackgroundStats background;
   os::RefusedCalls refused;  // system calls a sandbox (or the kernel) refused
+  size_t purge_refused_bytes;  // purges the kernel refused (locked pages), cumulative
   MemoryLimit limit;
   LimitStats limit_stats;
   size_t limit_resident;  // the heap's resident estimate, as the limit counts it

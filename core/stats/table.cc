@@ -113,6 +113,9 @@ void print_table(const Snapshot& s, void (*write)(void*, const char*), void* opa
     os::format(line + n, sizeof line - n, "\n");
     write(opaque, line);
   }
+  if (s.purge_refused_bytes)
+    out("purges refused (locked pages, mlockall): %zu bytes zeroed instead since start\n",
+        s.purge_refused_bytes);
   memory_limit_describe(s.limit, s.limit_stats, s.limit_resident, line, sizeof line);
   write(opaque, line);
   if (s.foreign_forwarded)

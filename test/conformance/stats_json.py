@@ -27,7 +27,7 @@ def check(what, ok):
 
 
 TOP = ["schema", "version", "pid", "mode", "topology", "classes", "caches", "bytes",
-       "shards", "huge_objects", "thp", "deferred", "background", "refused_syscalls",
+       "shards", "huge_objects", "thp", "deferred", "background", "refused_syscalls", "purge_refused_bytes",
        "memory_limit", "foreign_frees_forwarded", "prof", "guarded"]
 CLASS_FIELDS = ["class", "size", "slabs", "objects", "active", "cpu", "depot", "thread",
                 "free", "hits", "refills", "drains", "depot_hits", "slab_out", "slab_in",

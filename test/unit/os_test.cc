@@ -98,3 +98,34 @@ TEST_CASE("system calls a seccomp filter refuses are named for the statistics", 
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // 2: no filter could be installed here
 }
+
+TEST_CASE("a purge the kernel refuses leaves the contents, or zeros them when asked", "[kernel]") {
+  // madvise refused (as on locked pages): purge reports it and counts it;
+  // purge_zeroing writes the zeros the callers count on.
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const size_t page = os::page_size();
+    char* p = static_cast<char*>(os::map(2 * page));
+    if (!p) _exit(3);
+    memset(p, 0x5a, 2 * page);
+    sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_madvise, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+    sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+      _exit(2);
+    const size_t before = os::purge_refused_bytes();
+    bool ok = !os::purge(p, page) && p[0] == 0x5a && p[page - 1] == 0x5a;
+    ok = ok && !os::purge_zeroing(p + page, page) && p[page] == 0 && p[2 * page - 1] == 0;
+    ok = ok && os::purge_refused_bytes() - before == 2 * page;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 2: no filter could be installed here
+}
