@@ -411,8 +411,12 @@ struct HeaderSet {
 // Detaches CPU c's sheaves in `set` (its lock held): their headers become 0 and
 // cur[i] the top slot each had. See percpu.h for why the swap-to-0, fence, re-check
 // loop leaves no section able to commit on those headers. False when the fence
-// fails: the headers stay 0 and the cached objects are abandoned rather than risked.
+// fails. A fence first, before any header changes: where fences fail for good (a
+// filter that refuses membarrier, installed after start) nothing is detached and the
+// sheaves stay in use on their CPU. Where a fence fails after the swap, the headers
+// stay 0 and the cached objects are abandoned rather than risked.
 bool detach(uint32_t c, const HeaderSet& set, uint32_t* cur) {
+  if (!rseq_fence_cpu(c)) return false;
   uint32_t* h = headers(c);
   for (unsigned i = 1; i < kSheafHeaders; i++)
     if (set.has(i)) cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
@@ -436,8 +440,8 @@ bool drain_cpu(uint32_t c, CpuMeta& m, const HeaderSet& set) USLAB_REQUIRES(m.lo
   size_t capacity = 0;
   for (unsigned cls = 1; cls < kMaxClasses; cls++)
     if (set.has(cls)) capacity += size_t{capacity_of(c, cls)} * class_size(cls);
-  add_capacity(m, -static_cast<ptrdiff_t>(capacity));
   if (!detach(c, set, cur)) return false;
+  add_capacity(m, -static_cast<ptrdiff_t>(capacity));
   void** slots = slots_of(c);
   for (unsigned cls = 1; cls < kMaxClasses; cls++)
     if (set.has(cls))

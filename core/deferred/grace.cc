@@ -52,9 +52,20 @@ void init_once() {
   ready_.store(true, std::memory_order_release);
 }
 
+// The writers' half of the protocol (grace.h). Where membarrier fails for good (a
+// filter installed after start, a kernel that stays out of memory), a plain fence
+// cannot stand in for it, as readers do not fence: they fence from then on, and the
+// sections already open, whose counter stores did not fence, are given 1 ms, which
+// every store buffer drains in many times over, before the scan.
 void fence_all() {
-  if (!membarrier_ || os::syscall6(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (__atomic_load_n(&membarrier_, __ATOMIC_ACQUIRE)) {
+    if (os::membarrier_fence(MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+    __atomic_store_n(&g_grace_reader_fence, true, __ATOMIC_SEQ_CST);
+    if (__atomic_exchange_n(&membarrier_, false, __ATOMIC_ACQ_REL))
+      os::print_stderr("uslab: membarrier failed; deferred frees' readers fence from now on\n");
+    os::sleep_ns(1000000);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 }  // namespace
@@ -139,7 +150,7 @@ uint64_t grace_completed() { return completed_upto_.load(std::memory_order_relax
 
 bool grace_uses_membarrier() {
   init_once();
-  return membarrier_;
+  return __atomic_load_n(&membarrier_, __ATOMIC_ACQUIRE);
 }
 
 void grace_fork_child() {

@@ -3,6 +3,9 @@
 #include "core/platform/os.h"
 #include "core/platform/config.h"
 #include "core/platform/track.h"
+#if USLAB_FAULT_INJECTION
+#include "core/platform/fault.h"
+#endif
 
 #include <atomic>
 #include <cerrno>
@@ -87,10 +90,23 @@ long raw_syscall(long nr, long a, long b, long c, long d, long e, long f) {
 }  // namespace
 
 long syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+#if USLAB_FAULT_INJECTION
+  if (long injected = fault::inject(nr)) return injected;  // never noted as refused
+#endif
   long r = raw_syscall(nr, a, b, c, d, e, f);
   if (r == -EPERM || r == -ENOSYS) [[unlikely]]
     note_refused(nr, r);
   return r;
+}
+
+long membarrier_fence(int cmd, unsigned flags, int cpu) {
+  uint64_t pause_ns = 100000;
+  for (int tries = 0;; tries++) {
+    long r = syscall6(SYS_membarrier, cmd, flags, cpu);
+    if (r == 0 || (r != -ENOMEM && r != -EAGAIN && r != -EINTR) || tries == 8) return r;
+    sleep_ns(pause_ns);
+    if (pause_ns < 10000000) pause_ns *= 2;
+  }
 }
 
 RefusedCalls refused_calls() {

@@ -142,8 +142,8 @@ bool rseq_fence_available() { return fence_ok_; }
 
 bool rseq_fence_cpu(uint32_t cpu) {
   if (!fence_ok_) return false;
-  return os::syscall6(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
-                      MEMBARRIER_CMD_FLAG_CPU, static_cast<long>(cpu)) == 0;
+  return os::membarrier_fence(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
+                             static_cast<int>(cpu)) == 0;
 }
 
 }  // namespace uslab
