@@ -1,6 +1,7 @@
 // core/platform/fault.cc — injected system-call failures; see fault.h.
 #include "core/platform/fault.h"
 
+#include <fcntl.h>
 #include <sys/syscall.h>
 
 #include <atomic>
@@ -48,6 +49,8 @@ constinit unsigned g_count = 0;
 constinit std::atomic<int> g_state{0};  // 0 not read, 1 reading, 2 read
 constinit std::atomic<uint64_t> g_random{0};
 constinit std::atomic<uint64_t> g_injected{0};
+constinit const char* g_text = nullptr;  // the rules' text
+constinit uint64_t g_seed = 0;
 
 // kCalls' name of nr; nullptr when nr is not injectable.
 const char* call_name(long nr) {
@@ -101,17 +104,28 @@ bool parse_rule(const char* s, const char* end, Rule* r, uint64_t* seed) {
 
 // The environment before libc has set environ up (the first calls come from ld.so's
 // mallocs): the process's initial one.
-char g_env_block[32768];
+USLAB_LARGE_ZERO char g_env_block[32768];
+// Where the messages go: stderr, or USLAB_FAULT_LOG's file (for suites whose programs'
+// stderr is compared).
+int g_log_fd = 2;
 
-const char* find_rules() {
+void say(const char* fmt, auto... args) {
+  char line[256];
+  size_t n = os::format(line, sizeof line, fmt, args...);
+  os::write_fd(g_log_fd, line, n);
+}
+
+// The value of NAME= in the environment, or nullptr.
+const char* env(const char* name, size_t len) {
   if (environ) {
     for (char** e = environ; *e; e++)
-      if (strncmp(*e, "USLAB_FAULT=", 12) == 0) return *e + 12;
+      if (strncmp(*e, name, len) == 0) return *e + len;
     return nullptr;
   }
-  long len = os::read_file("/proc/self/environ", g_env_block, sizeof g_env_block - 1);
-  for (long i = 0; i < len; i += static_cast<long>(strlen(g_env_block + i)) + 1)
-    if (strncmp(g_env_block + i, "USLAB_FAULT=", 12) == 0) return g_env_block + i + 12;
+  static long block_len = -1;
+  if (block_len < 0) block_len = os::read_file("/proc/self/environ", g_env_block, sizeof g_env_block - 1);
+  for (long i = 0; i < block_len; i += static_cast<long>(strlen(g_env_block + i)) + 1)
+    if (strncmp(g_env_block + i, name, len) == 0) return g_env_block + i + len;
   return nullptr;
 }
 
@@ -120,7 +134,12 @@ const char* find_rules() {
 void read_rules() {
   int expected = 0;
   if (!g_state.compare_exchange_strong(expected, 1, std::memory_order_acquire)) return;
-  const char* text = find_rules();
+  const char* text = env("USLAB_FAULT=", 12);
+  if (const char* log = env("USLAB_FAULT_LOG=", 16)) {
+    long fd = os::syscall6(SYS_openat, AT_FDCWD, reinterpret_cast<long>(log),
+                           O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) g_log_fd = static_cast<int>(fd);
+  }
   uint64_t seed = 0;
   bool seeded = false;
   for (const char* s = text; s && *s && g_count < kMaxRules;) {
@@ -134,16 +153,15 @@ void read_rules() {
       char bad[64] = {};
       memcpy(bad, s, static_cast<size_t>(end - s) < sizeof bad - 1 ? static_cast<size_t>(end - s)
                                                                      : sizeof bad - 1);
-      os::print_stderr("uslab: USLAB_FAULT: bad rule '%s' (CALL:ERRNO:N, N+ or pK[@SEED])\n", bad);
+      say("uslab: USLAB_FAULT: bad rule '%s' (CALL:ERRNO:N, N+ or pK[@SEED])\n", bad);
     }
     s = *end ? end + 1 : end;
   }
   if (!seeded) seed = os::now_ns() | 1;
+  g_seed = seed;
   g_random.store(seed, std::memory_order_relaxed);
+  g_text = text;
   g_state.store(2, std::memory_order_release);
-  if (g_count)  // after the state: the write is a system call too
-    os::print_stderr("uslab: fault injection: USLAB_FAULT=%s, seed %lu\n", text,
-                     static_cast<unsigned long>(seed));
 }
 
 // The next number of the shared sequence (xorshift64*): one sequence for every thread,
@@ -174,9 +192,14 @@ long inject(long nr) {
     bool fail = r.permille ? next_random() % 1000 < r.permille
                            : n == r.nth || (r.from_nth && n > r.nth);
     if (!fail) continue;
-    if (g_injected.fetch_add(1, std::memory_order_relaxed) < 5)
-      os::print_stderr("uslab: fault injection: %s, its call %lu, fails with %s\n", call_name(nr),
-                       static_cast<unsigned long>(n), error_name(r.error));
+    // The rules and the seed with the first, so that the run can be repeated.
+    uint64_t seen = g_injected.fetch_add(1, std::memory_order_relaxed);
+    if (seen == 0)
+      say("uslab: fault injection: USLAB_FAULT=%s, seed %lu\n", g_text,
+          static_cast<unsigned long>(g_seed));
+    if (seen < 5)
+      say("uslab: fault injection: %s, its call %lu, fails with %s\n", call_name(nr),
+          static_cast<unsigned long>(n), error_name(r.error));
     return -r.error;
   }
   return 0;

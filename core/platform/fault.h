@@ -14,8 +14,9 @@
 //   WHEN   N: the call's Nth time only (1 is the first), counted from the start;
 //          N+: the Nth time and every later one; pK or pK@SEED: each time with
 //          probability K/1000, from SEED's sequence (a seed from the clock without it)
-// The rules are printed once on stderr with the seed, so that a failing run can be
-// repeated; the first injections are printed as they happen.
+// The rules are printed with the seed at the first injection, so that a failing run
+// can be repeated, and the first five injections as they happen: on stderr, or
+// appended to the file USLAB_FAULT_LOG names (for programs whose stderr is compared).
 //
 // Rules: no allocation, no lock (the environment is read once; calls made meanwhile
 // are not injected); the counters are atomics. Not compiled into any other build.
