@@ -179,6 +179,24 @@ uint64_t next_random() {
 
 }  // namespace
 
+void set_rule(const char* call, long error, uint32_t permille, uint64_t seed) {
+  g_state.store(1, std::memory_order_relaxed);
+  g_count = 0;
+  Rule& r = g_rules[0];
+  if (call && lookup(kCalls, call, strlen(call), &r.nr) && permille) {
+    r.error = error;
+    r.nth = 0;
+    r.from_nth = false;
+    r.permille = permille;
+    r.calls.store(0, std::memory_order_relaxed);
+    g_count = 1;
+  }
+  g_random.store(seed | 1, std::memory_order_relaxed);
+  g_seed = seed | 1;
+  g_text = call ? call : "";
+  g_state.store(2, std::memory_order_release);
+}
+
 long inject(long nr) {
   if (!call_name(nr)) return 0;
   if (g_state.load(std::memory_order_acquire) != 2) {

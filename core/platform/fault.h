@@ -22,9 +22,17 @@
 // are not injected); the counters are atomics. Not compiled into any other build.
 #pragma once
 
+#include <cstdint>
+
 namespace uslab::os::fault {
 
 // The negative errno the call nr is to fail with now, or 0 to make it.
 long inject(long nr);
+
+// For the fuzz harness, whose input picks the failure: the rules become one, `call`
+// (a CALL name above) failing with `error` at `permille` of its calls from SEED's
+// sequence, or none (call nullptr); USLAB_FAULT is not read then. Not while other
+// threads make system calls.
+void set_rule(const char* call, long error, uint32_t permille, uint64_t seed);
 
 }  // namespace uslab::os::fault

@@ -286,7 +286,7 @@ bool purge(void* p, size_t bytes) {
 
 bool purge_zeroing(void* p, size_t bytes) {
   if (purge(p, bytes)) return true;
-  memset(p, 0, bytes);
+  zero_unseen(p, bytes);
   return false;
 }
 

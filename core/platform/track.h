@@ -21,6 +21,10 @@
 //   track_stale(p, n)           n bytes of the allocator's own that still hold
 //                               pointers to objects it handed out (a cache slot
 //                               popped): Memcheck's leak check must not count them
+//   zero_unseen(p, n)           zeros written over n bytes at p, free or the
+//                               allocator's own, where a purge the kernel refused
+//                               should have left them (os::purge_zeroing): the tools
+//                               see no access, and keep their view of the range
 // AddressSanitizer builds poison and unpoison its shadow memory (8-byte granules:
 // objects and their sizes are multiples of 8). Valgrind builds (meson
 // -Dvalgrind=true) make Memcheck's client requests: objects are malloc-like blocks,
@@ -31,6 +35,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__has_feature)
 #if defined(__SANITIZE_ADDRESS__)
@@ -79,7 +85,26 @@ inline void track_open(const void* p, size_t n) { VALGRIND_MAKE_MEM_DEFINED(p, n
 inline void track_close(const void* p, size_t n) { VALGRIND_MAKE_MEM_NOACCESS(p, n); }
 inline void track_unmap(const void*, size_t) {}  // Memcheck follows munmap and mremap
 inline void track_stale(const void* p, size_t n) { VALGRIND_MAKE_MEM_UNDEFINED(p, n); }
+#endif
+
+#if USLAB_TRACK_ASAN
+// Stores ASan does not check (a memset would be, in its interceptor); p and n are
+// whole pages.
+__attribute__((no_sanitize("address"))) inline void zero_unseen(void* p, size_t n) {
+  volatile uint64_t* w = static_cast<volatile uint64_t*>(p);
+  for (size_t i = 0; i < n / sizeof(uint64_t); i++) w[i] = 0;
+}
+#elif USLAB_VALGRIND
+inline void zero_unseen(void* p, size_t n) {
+  VALGRIND_DISABLE_ERROR_REPORTING;
+  memset(p, 0, n);
+  VALGRIND_ENABLE_ERROR_REPORTING;
+}
 #else
+inline void zero_unseen(void* p, size_t n) { memset(p, 0, n); }
+#endif
+
+#if !USLAB_TRACK_ASAN && !USLAB_VALGRIND
 inline void track_alloc(const void*, size_t, bool = false) {}
 inline void track_free(const void*, size_t) {}
 inline void track_resize(const void*, size_t, size_t) {}

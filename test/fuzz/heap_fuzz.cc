@@ -6,7 +6,12 @@
 // pattern whenever a block is touched again, the usable size, the alignment, calloc's
 // zeroes and realloc's preserved prefix, and at the end of each input frees
 // everything and checks that no deferred free is left pending. A broken invariant
-// aborts (libFuzzer keeps the input); memory errors are ASan's.
+// aborts (libFuzzer keeps the input); memory errors are ASan's. In a fault-injection
+// build (core/platform/fault.h), an input that starts with "F!" then picks a system
+// call, an error and a rate: that call fails so while the operations run (an
+// allocation may then fail; nothing else may change), and makes its calls again for
+// the final frees and checks.
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +19,9 @@
 #include <cstring>
 
 #include "core/core.h"
+#if USLAB_FAULT_INJECTION
+#include "core/platform/fault.h"
+#endif
 
 using namespace uslab;
 
@@ -105,6 +113,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       caches[c] = heap::cache_create(name, kCacheSizes[c], c == 2 ? 64 : 0, 0, nullptr);
     }
   Reader in{data, size};
+#if USLAB_FAULT_INJECTION
+  static const char* const kFaultCalls[] = {"mmap",    "munmap",     "mremap", "madvise",
+                                            "mprotect", "membarrier", "getrandom", "openat"};
+  static const long kFaultErrors[] = {ENOMEM, EAGAIN, EINVAL, EPERM};
+  const bool faults = in.n >= 5 && in.d[0] == 'F' && in.d[1] == '!';
+  if (faults) {
+    in.byte(), in.byte();
+    const char* call = kFaultCalls[in.byte() % 8];
+    long error = kFaultErrors[in.byte() % 4];
+    os::fault::set_rule(call, error, 1 + in.byte() * 4u, size);
+  }
+#endif
   int sections = 0;
   while (in.n) {
     uint8_t op = in.byte();
@@ -195,6 +215,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   while (sections-- > 0) heap::read_unlock();
+#if USLAB_FAULT_INJECTION
+  if (faults) os::fault::set_rule(nullptr, 0, 0, 0);
+#endif
   for (unsigned s = 0; s < kSlots; s++) release(s, s % 3 == 0);
   heap::deferred_barrier();
   if (heap::deferred_stats().objects_pending != 0) fail("deferred frees left pending", 0);
