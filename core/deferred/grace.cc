@@ -43,9 +43,9 @@ void init_once() {
   LockGuard g(init_lock_);
   if (ready_.load(std::memory_order_relaxed)) return;
   config_init();
-  long cmds = g_config.membarrier ? os::syscall6(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) : 0;
+  long cmds = g_config.membarrier ? os::membarrier(MEMBARRIER_CMD_QUERY, 0, 0) : 0;
   membarrier_ = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-                os::syscall6(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+                os::membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   g_grace_reader_fence = !membarrier_;
   if (libc::key_create(&exit_key_, on_thread_exit) != 0)
     os::fatal("uslab: no pthread key left for read-side sections\n");
@@ -59,7 +59,7 @@ void init_once() {
 // every store buffer drains in many times over, before the scan.
 void fence_all() {
   if (__atomic_load_n(&membarrier_, __ATOMIC_ACQUIRE)) {
-    if (os::membarrier_fence(MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+    if (os::membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
     __atomic_store_n(&g_grace_reader_fence, true, __ATOMIC_SEQ_CST);
     if (__atomic_exchange_n(&membarrier_, false, __ATOMIC_ACQ_REL))
       os::print_stderr("uslab: membarrier failed; deferred frees' readers fence from now on\n");

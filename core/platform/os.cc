@@ -99,11 +99,11 @@ long syscall6(long nr, long a, long b, long c, long d, long e, long f) {
   return r;
 }
 
-long membarrier_fence(int cmd, unsigned flags, int cpu) {
+long membarrier(int cmd, unsigned flags, int cpu) {
   uint64_t pause_ns = 100000;
   for (int tries = 0;; tries++) {
     long r = syscall6(SYS_membarrier, cmd, flags, cpu);
-    if (r == 0 || (r != -ENOMEM && r != -EAGAIN && r != -EINTR) || tries == 8) return r;
+    if (r >= 0 || (r != -ENOMEM && r != -EAGAIN && r != -EINTR) || tries == 8) return r;
     sleep_ns(pause_ns);
     if (pause_ns < 10000000) pause_ns *= 2;
   }

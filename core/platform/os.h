@@ -56,10 +56,11 @@ namespace uslab::os {
 
 // Raw syscall; returns -errno on failure, never touches errno.
 long syscall6(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0, long f = 0);
-// membarrier's fence commands, tried again while the kernel answers as one short of
-// memory would (ENOMEM: it allocates a CPU mask per call; EAGAIN, EINTR), up to about
-// 50 ms; 0, or the last error (a filter's EPERM, a CPU that is gone: EINVAL).
-long membarrier_fence(int cmd, unsigned flags, int cpu);
+// A membarrier command, tried again while the kernel answers as one short of memory
+// would (ENOMEM: a fence or a registration allocates a CPU mask; EAGAIN, EINTR), up
+// to about 50 ms; its result, or the last error (a filter's EPERM, a CPU that is
+// gone: EINVAL).
+long membarrier(int cmd, unsigned flags, int cpu);
 // The system calls uslab makes that were answered EPERM or ENOSYS since start (what a
 // sandbox's seccomp filter answers; ENOSYS also from an older kernel): a bit per
 // name of refused_call_name's list, for the statistics.

@@ -59,10 +59,9 @@ bool register_area() {
 }
 
 void enable_fences() {
-  long cmds = os::syscall6(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  long cmds = os::membarrier(MEMBARRIER_CMD_QUERY, 0, 0);
   if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)) return;
-  fence_ok_ =
-      os::syscall6(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0;
+  fence_ok_ = os::membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0;
 }
 
 RseqMode decide(bool wanted) {
@@ -142,7 +141,7 @@ bool rseq_fence_available() { return fence_ok_; }
 
 bool rseq_fence_cpu(uint32_t cpu) {
   if (!fence_ok_) return false;
-  return os::membarrier_fence(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
+  return os::membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
                              static_cast<int>(cpu)) == 0;
 }
 
