@@ -1,18 +1,14 @@
 // core/platform/kernel_features.h: each probe against the release that added the call,
 // and a probe a seccomp filter refuses.
 #include <catch2/catch.hpp>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
 
 #include "core/core.h"
+#include "test/unit/filtered_child.h"
 
 using namespace uslab;
 
@@ -47,28 +43,10 @@ TEST_CASE("a kernel offers what its release added", "[kernel]") {
 }
 
 TEST_CASE("a probe a seccomp filter refuses says so, not no", "[kernel]") {
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_madvise, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_rseq, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
-    sock_fprog prog = {sizeof f / sizeof f[0], f};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-      _exit(2);
-    os::KernelFeatures k;
-    os::kernel_features(&k);
-    bool ok = k.seccomp && k.madv_free == os::Offered::kRefused &&
-              k.madv_collapse == os::Offered::kRefused && k.rseq == os::Offered::kNo;
-    _exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);  // 2: no filter could be installed here
+  CHECK(in_filtered_child({{SYS_madvise, EPERM}, {SYS_rseq, ENOSYS}}, [] {
+          os::KernelFeatures k;
+          os::kernel_features(&k);
+          return k.seccomp && k.madv_free == os::Offered::kRefused &&
+                 k.madv_collapse == os::Offered::kRefused && k.rseq == os::Offered::kNo;
+        }) == 0);  // 2: no filter could be installed here
 }

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/core.h"
+#include "test/unit/filtered_child.h"
 
 using namespace uslab;
 
@@ -61,71 +62,35 @@ TEST_CASE("resident bytes read from the page map agree with mincore's", "[kernel
 }
 
 TEST_CASE("system calls a seccomp filter refuses are named for the statistics", "[kernel]") {
-  // In a child (a filter cannot be lifted): membarrier answered ENOSYS and mbind EPERM,
-  // as gVisor and Docker's profile answer them; getpid, not in the list, refused too.
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_membarrier, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mbind, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
-    sock_fprog prog = {sizeof f / sizeof f[0], f};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-      _exit(2);
-    const os::RefusedCalls before = os::refused_calls();
-    bool ok = os::syscall6(SYS_membarrier, 0, 0, 0) == -ENOSYS &&
-              os::syscall6(SYS_mbind, 0, 4096, 0, 0, 0, 0) == -EPERM &&
-              os::syscall6(SYS_getppid) == -EPERM;
-    const os::RefusedCalls after = os::refused_calls();
-    uint32_t eperm = 0, enosys = 0;
-    for (unsigned i = 0; const char* name = os::refused_call_name(i); i++) {
-      if (!strcmp(name, "mbind")) eperm |= 1u << i;
-      if (!strcmp(name, "membarrier")) enosys |= 1u << i;
-    }
-    ok = ok && eperm && enosys && (after.eperm & ~before.eperm) == eperm &&
-         (after.enosys & ~before.enosys) == enosys;
-    _exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);  // 2: no filter could be installed here
+  // membarrier answered ENOSYS and mbind EPERM, as gVisor and Docker's profile answer
+  // them; getppid, not in the list, refused too. 2: no filter could be installed here.
+  CHECK(in_filtered_child({{SYS_membarrier, ENOSYS}, {SYS_mbind, EPERM}, {SYS_getppid, EPERM}}, [] {
+          const os::RefusedCalls before = os::refused_calls();
+          bool ok = os::syscall6(SYS_membarrier, 0, 0, 0) == -ENOSYS &&
+                    os::syscall6(SYS_mbind, 0, 4096, 0, 0, 0, 0) == -EPERM &&
+                    os::syscall6(SYS_getppid) == -EPERM;
+          const os::RefusedCalls after = os::refused_calls();
+          uint32_t eperm = 0, enosys = 0;
+          for (unsigned i = 0; const char* name = os::refused_call_name(i); i++) {
+            if (!strcmp(name, "mbind")) eperm |= 1u << i;
+            if (!strcmp(name, "membarrier")) enosys |= 1u << i;
+          }
+          return ok && eperm && enosys && (after.eperm & ~before.eperm) == eperm &&
+                 (after.enosys & ~before.enosys) == enosys;
+        }) == 0);
 }
 
 TEST_CASE("a purge the kernel refuses leaves the contents, or zeros them when asked", "[kernel]") {
   // madvise refused (as on locked pages): purge reports it and counts it;
   // purge_zeroing writes the zeros the callers count on.
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const size_t page = os::page_size();
-    char* p = static_cast<char*>(os::map(2 * page));
-    if (!p) _exit(3);
-    memset(p, 0x5a, 2 * page);
-    sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_madvise, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
-    sock_fprog prog = {sizeof f / sizeof f[0], f};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-      _exit(2);
-    const size_t before = os::purge_refused_bytes();
-    bool ok = !os::purge(p, page) && p[0] == 0x5a && p[page - 1] == 0x5a;
-    ok = ok && !os::purge_zeroing(p + page, page) && p[page] == 0 && p[2 * page - 1] == 0;
-    ok = ok && os::purge_refused_bytes() - before == 2 * page;
-    _exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);  // 2: no filter could be installed here
+  CHECK(in_filtered_child({{SYS_madvise, EINVAL}}, [] {
+          const size_t page = os::page_size();
+          char* p = static_cast<char*>(os::map(2 * page));
+          if (!p) return false;
+          memset(p, 0x5a, 2 * page);
+          const size_t before = os::purge_refused_bytes();
+          bool ok = !os::purge(p, page) && p[0] == 0x5a && p[page - 1] == 0x5a;
+          ok = ok && !os::purge_zeroing(p + page, page) && p[page] == 0 && p[2 * page - 1] == 0;
+          return ok && os::purge_refused_bytes() - before == 2 * page;
+        }) == 0);
 }
