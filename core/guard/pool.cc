@@ -121,12 +121,6 @@ bool fill_intact(const Slot& s, const char** bad) {
 void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
   if (t_busy) return nullptr;
   t_busy = true;
-  // The unwinder is opened at the first guarded sample, not at start-up (dlopen of
-  // libunwind and libgcc_s was a large part of every process's start); libgcc's, unless the
-  // profiler opened libunwind (stack.h: its pipe).
-  prof::stack_init(false);
-  prof::Stack st;
-  prof::stack_capture(&st);
   uint32_t i;
   {
     LockGuard g(g_pool.lock);
@@ -141,6 +135,14 @@ void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
     t_busy = false;
     return nullptr;
   }
+  // The unwinder is opened at the first guarded sample that has a slot, not at
+  // start-up (dlopen of libunwind and libgcc_s was a large part of every process's
+  // start), nor where the pool cannot be mapped (out of memory: the loader's mapping
+  // and objects would take what is left); libgcc's, unless the profiler opened
+  // libunwind (stack.h: its pipe).
+  prof::stack_init(false);
+  prof::Stack st;
+  prof::stack_capture(&st);
   Slot& s = g_pool.slots[i];
   // At the end of the area, or at the start of its last pages, the alignment kept:
   // the area ends on a kPageSize boundary (a class aligned beyond a page is a
