@@ -208,7 +208,11 @@ Span* PageHeap::alloc(size_t npages, size_t align_pages, SpanKind kind, bool* ze
   // No segment could be mapped (RLIMIT_AS, mmap refused): free pages of any other
   // heap, another node's too, waiting for its lock, rather than ENOMEM. Under
   // RLIMIT_AS on a 2-node guest, the small objects after a large exhaustion failed at
-  // the first malloc when the thread had moved to the other node's CPUs.
+  // the first malloc when the thread had moved to the other node's CPUs. The other
+  // nodes' empty slabs go back to their heaps first: objects of a class exhausted and
+  // freed on one node were spares there, and the class failed on the other node.
+  for (unsigned i = 1; reclaim && i < n; i++)
+    if (node_of_shard((index() + i) % n) != node_of_shard(index())) reclaim((index() + i) % n);
   for (unsigned i = 1; i < n; i++) {
     PageHeap& other = g_page_heap[(index() + i) % n];
     if (__atomic_load_n(&other.free_pages_, __ATOMIC_RELAXED) < npages + align_pages - 1) continue;

@@ -10,6 +10,8 @@
  * objects: on two nodes (hwloc's synthetic ones in the suite) the small ones then come
  * from the other node's shards, whose heaps have nothing free and cannot map a
  * segment; the first malloc failed until heaps borrowed across nodes in that case.
+ * First, 4 KiB and 32 KiB objects are exhausted on one node, freed, and asked for on
+ * the other.
  *
  * usage: oom [hop] */
 #include <errno.h>
@@ -104,6 +106,22 @@ static void hop(void) {
   }
 }
 
+/* Objects of a class exhausted and freed on one node serve the other: the first
+ * malloc there failed while the memory sat in the first node's empty slabs. */
+static void reuse_across_nodes(size_t size) {
+  int n = exhaust(size);
+  CHECK(n > 10);
+  release(n, size);
+  hop();
+  for (int i = 0; i < 4; i++) {
+    errno = 0;
+    blocks[i] = malloc(size);
+    CHECK(blocks[i] != NULL);
+  }
+  for (int i = 0; i < 4; i++) free(blocks[i]);
+  malloc_trim(0); /* the address space back for the rounds */
+}
+
 int main(int argc, char **argv) {
   require_uslab();
   int hopping = argc > 1 && !strcmp(argv[1], "hop");
@@ -113,6 +131,10 @@ int main(int argc, char **argv) {
   struct rlimit tight = lim;
   tight.rlim_cur = (rlim_t)(proc_status_field("VmSize") + (96 << 10)) << 10; /* 96 MiB more than now */
   CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+  if (hopping) {
+    reuse_across_nodes(4096);
+    reuse_across_nodes(32768);
+  }
   for (int round = 0; round < 2; round++) {
     /* Large objects first, then small ones into the last free pages. */
     int nl = exhaust(1 << 20);
