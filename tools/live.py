@@ -48,10 +48,11 @@ def region_address(pid):
         parts = line.split(None, 5)
         if len(parts) == 6 and parts[5].startswith(NAME):
             return int(parts[0].split("-")[0], 16)
-    why = ("uslab makes it when its background thread starts: once the heap maps 64 MiB "
-           "or 4 MiB wait to be returned, at once with USLAB_CONF=background_thread=true, "
-           "never with background_thread=false or live_stats=false (or before uslab 0.1.0's "
-           "live statistics)")
+    why = ("uslab makes it when its background thread starts: at the first allocator call "
+           "30 ms after the process started, or once the heap maps 8 MiB or 4 MiB wait to be "
+           "returned; at once with USLAB_CONF=background_thread=true; never with "
+           "background_thread=false or live_stats=false (or before uslab 0.1.0's live "
+           "statistics)")
     conf = started_with(pid)
     for key in ("live_stats", "background_thread"):
         m = re.search(r"(?:^|,)%s=(false|0|no|off)\b" % key, conf)
@@ -202,8 +203,9 @@ def fresh(proc, wait=True):
             h = proc.header()
             if not has_background_thread(proc.pid):
                 note = ("no new figures: process %d has no uslab background thread, which writes "
-                        "them (it starts one once its heap passes 64 MiB or it has memory to "
-                        "return; never with background_thread=false); they come at its next "
+                        "them (it starts one at its first allocator call 30 ms after its start, "
+                        "or once its heap passes 8 MiB or it has memory to return; never with "
+                        "background_thread=false); they come at its next "
                         "allocator call, or start it with USLAB_CONF=background_thread=true"
                         % proc.pid)
             elif h["seq"] and h["flags"] & FLAG_ASLEEP:
@@ -253,8 +255,9 @@ def request_profile(pid, timeout=None):
     if not proc.wait_for("profile_served", want, timeout or proc.timeout() + 3):
         why = ("its background thread, which writes it, is asleep: it will at the process's "
                "next allocator call" if has_background_thread(pid) else
-               "it has no uslab background thread (started once the heap passes 64 MiB or has "
-               "memory to return; never with background_thread=false): start it with "
+               "it has no uslab background thread (started at the first allocator call 30 ms "
+               "after the start, or once the heap passes 8 MiB or has memory to return; never "
+               "with background_thread=false): start it with "
                "USLAB_CONF=prof=true,background_thread=true to ask at any time")
         raise LiveError("process %d wrote no profile yet: %s" % (pid, why))
     h = proc.header()

@@ -12,6 +12,7 @@ namespace uslab {
 
 constinit std::atomic<uint32_t> g_background_poke{0};
 constinit std::atomic<BackgroundState> g_background_state{BackgroundState::kIdle};
+constinit std::atomic<uint64_t> g_background_age_due_ms{0};
 const LiveHooks* g_live_hooks = nullptr;
 
 namespace {
@@ -55,7 +56,15 @@ void sleep_until_woken() {
   if (!decay_backlog().work) {
     sleeps_.fetch_add(1, std::memory_order_relaxed);
     publish_live(true);  // exact until something wakes the thread
-    while (sleep_word_.load(std::memory_order_acquire) == 1) os::futex_wait(futex_word(), 1);
+    while (sleep_word_.load(std::memory_order_acquire) == 1) {
+      const LiveHooks* h = live_hooks();
+      if (!h || !h->polled()) {
+        os::futex_wait(futex_word(), 1);
+        continue;
+      }
+      os::futex_wait_ms(futex_word(), 1, decay_tick_ms());
+      if (h->requested()) h->publish();  // a profile asked for while the process idles
+    }
     // The waker's work gets its first tick a full interval from now: the tick would
     // otherwise empty the sheaf of the class that has just refilled it.
     decay_postpone_tick();
@@ -73,10 +82,10 @@ void* thread_main(void*) {
     }
     uint64_t next = decay_next_tick_ms(), now = os::now_ms();
     if (next != 0 && now >= next) {
-      decay_maybe_tick();
+      decay_background_tick();
       ticks_.fetch_add(1, std::memory_order_relaxed);
     } else if (next == 0) {
-      decay_maybe_tick();  // starts the clock
+      decay_background_tick();  // starts the clock
     }
     // Huge-page collapses queued a tick ago or more, whoever ran the tick (often an
     // allocation's slow path, in a busy program), are this thread's (page_heap.h).
@@ -88,6 +97,10 @@ void* thread_main(void*) {
       next = decay_next_tick_ms();
       now = os::now_ms();
       os::futex_wait_ms(futex_word(), 0, (next > now ? next - now : 0) + kCoarseSlackMs);
+    } else if (os::now_ms() < decay_last_call_ms() + decay_tick_ms()) {
+      // Nothing to give back, but the program is busy (a start-up still under way):
+      // closing the sheaves now would only make it miss on every class. A tick on.
+      os::futex_wait_ms(futex_word(), 0, decay_tick_ms());
     } else {
       sleep_until_woken();
     }
@@ -134,9 +147,18 @@ void try_start() {
 
 }  // namespace
 
+// The age at which a process watched live wants the thread (auto only), counted
+// from the clock's next reading.
+static void arm_age() {
+  bool armed = __atomic_load_n(&g_live_hooks, __ATOMIC_ACQUIRE) &&
+               g_config.background_thread == Config::Background::kAuto;
+  g_background_age_due_ms.store(armed ? kAgeUnread : 0, std::memory_order_relaxed);
+}
+
 USLAB_STARTUP_TEXT void background_init() {
   config_init();
   os::helper_thread_init();
+  arm_age();
   if (g_config.background_thread != Config::Background::kOn) return;
   BackgroundState s = BackgroundState::kIdle;
   // The constructor runs with no lock held and outside any free: start at once.
@@ -150,6 +172,17 @@ void background_want() {
   if (g_background_state.compare_exchange_strong(s, BackgroundState::kWanted,
                                                  std::memory_order_acq_rel))
     g_background_poke.fetch_or(kPokeStart, std::memory_order_release);
+}
+
+void background_age_reached(uint64_t now_ms) {
+  uint64_t due = g_background_age_due_ms.load(std::memory_order_relaxed);
+  if (due == kAgeUnread) {  // the first reading: the age counts from here
+    g_background_age_due_ms.compare_exchange_strong(due, now_ms + kBackgroundLiveAgeMs,
+                                                    std::memory_order_relaxed);
+    return;
+  }
+  g_background_age_due_ms.store(0, std::memory_order_relaxed);
+  background_want_live();
 }
 
 void background_want_live() {
@@ -265,6 +298,7 @@ void background_fork_child() {
   thread_tid_.store(0, std::memory_order_relaxed);  // the child has no thread
   g_background_poke.store(0, std::memory_order_relaxed);
   wakeups_ = sleeps_ = ticks_ = started_ms_ = 0;
+  arm_age();
   BackgroundState s = g_background_state.load(std::memory_order_relaxed);
   if (s == BackgroundState::kFailed) return;
   g_background_state.store(BackgroundState::kIdle, std::memory_order_relaxed);

@@ -5,18 +5,21 @@
 // sleep. With `auto` (the default) it is started lazily, at the first chance after
 // memory waits to be returned beyond kBackgroundStartBytes (a page heap's free
 // dirty pages, a freed huge block kept, a shard's free objects in its central
-// lists (central.h), or the backlog a decay tick sees), or once the heap passes
-// kBackgroundLiveBytes: short programs and small ones that never free much get none,
-// and a single-threaded program stays single-threaded until then. `true` starts it
+// lists (central.h), or the backlog a decay tick sees), or, while the live statistics
+// are on, once the heap passes kBackgroundLiveBytes or the process is still
+// allocating kBackgroundLiveAgeMs after its start: short programs get none, and a
+// single-threaded program stays single-threaded until then. `true` starts it
 // in the library's constructor; `false` never. A forked child has none until it too
 // has memory to return.
 //
 // The thread ("uslab-bg", every signal blocked) runs the decay tick (decay.h) on
 // time while the backlog holds anything, sleeping between ticks, so while memory is
 // pending it wakes at most once per tick; on each wake-up it also collapses the huge
-// pages queued a tick ago or more (page_heap.h), which no allocation does. With nothing left it closes the CPU
-// sheaves (so the next allocation or free anywhere misses) and sleeps on a futex
-// with no timeout: an idle process with nothing to give back gets no wake-ups. It
+// pages queued a tick ago or more (page_heap.h), which no allocation does. With nothing
+// left and no allocator call from the program for a tick (decay_last_call_ms) it
+// closes the CPU sheaves (so the next allocation or free anywhere misses) and sleeps
+// on a futex with no timeout: an idle process with nothing to give back gets no
+// wake-ups, and a busy one with nothing to give back is not made to miss. It
 // also writes the live statistics a reader outside the process asks for (LiveHooks). A slow
 // path that finds it asleep wakes it (background_poke, one load otherwise): every
 // sheaf miss, page-heap free, huge free, large call and deferred-free miss.
@@ -43,10 +46,18 @@ namespace uslab {
 
 // Backlog at which `auto` starts the thread.
 constexpr size_t kBackgroundStartBytes = size_t{4} << 20;
-// Heap (segments mapped) at which `auto` starts it too, while the live statistics are
-// on (LiveHooks): a process this big is one worth watching, and the thread, asleep
-// while idle, is what keeps its figures readable then.
-constexpr size_t kBackgroundLiveBytes = size_t{64} << 20;
+// Heap (segments and huge blocks mapped) at which `auto` starts it too, while the live
+// statistics are on (LiveHooks): more than the one segment every process's start-up
+// maps (/bin/true, python3 -c pass), so a service a user would watch has it, and the
+// thread, asleep while idle, is what keeps its figures readable then.
+constexpr size_t kBackgroundLiveBytes = size_t{8} << 20;
+
+// Age at which `auto` starts it too, at the first slow path after it, while the live
+// statistics are on: a process still allocating this long after its first slow path
+// is one a user may point `uslab top` at, and the heap need not be large for that
+// (python3 keeps its small objects in arenas of its own). /bin/true and
+// `python3 -c pass` end before it; a forked child counts from its own first one.
+constexpr uint64_t kBackgroundLiveAgeMs = 30;
 
 enum class BackgroundState : uint32_t {
   kIdle,      // not started: nothing (enough) to give back yet, or background_thread=false
@@ -70,6 +81,20 @@ void background_want();
 void background_wake();
 // The heap passed kBackgroundLiveBytes: background_want, if the live statistics are on.
 void background_want_live();
+
+// When the process reaches kBackgroundLiveAgeMs (os::now_ms); kAgeUnread until the
+// clock's first reading (the constructor reads none: the clock's first read is a page
+// fault); 0 once it did, or when that starts nothing (live statistics off,
+// background_thread not `auto`).
+constexpr uint64_t kAgeUnread = 1;
+extern std::atomic<uint64_t> g_background_age_due_ms;
+void background_age_reached(uint64_t now_ms);
+// The decay clock's readers (decay_maybe_tick) pass the time they read: past the age,
+// the thread is wanted.
+inline void background_note_age(uint64_t now_ms) {
+  uint64_t due = g_background_age_due_ms.load(std::memory_order_relaxed);
+  if (__builtin_expect(due != 0 && now_ms >= due, 0)) background_age_reached(now_ms);
+}
 
 // What the slow paths check on each call: bits of g_background_poke.
 constexpr uint32_t kPokeWake = 1;   // the thread sleeps with no timeout
@@ -127,6 +152,10 @@ struct LiveHooks {
   void (*start)();
   bool (*requested)();
   void (*publish)();
+  // Whether a reader may ask for what only the thread can write, so that an idle
+  // thread looks for requests each tick instead of sleeping with no timeout: a heap
+  // profile (prof=true, which costs far more than a wake-up a tick).
+  bool (*polled)();
 };
 extern const LiveHooks* g_live_hooks;
 

@@ -19,6 +19,9 @@ namespace {
 
 constinit std::atomic<uint64_t> next_tick_ms_{0};
 constinit std::atomic<uint64_t> ticks_{0};  // ticks run
+// Written only when the coarse clock moved: CPUs missing at once share a line read
+// mostly, and write it at most once per clock step.
+constinit std::atomic<uint64_t> last_call_ms_{0};
 
 const DecayHooks* hooks() { return __atomic_load_n(&g_decay_hooks, __ATOMIC_ACQUIRE); }
 
@@ -27,6 +30,8 @@ const DecayHooks* hooks() { return __atomic_load_n(&g_decay_hooks, __ATOMIC_ACQU
 uint64_t decay_next_tick_ms() { return next_tick_ms_.load(std::memory_order_relaxed); }
 
 uint64_t decay_ticks_run() { return ticks_.load(std::memory_order_relaxed); }
+
+uint64_t decay_last_call_ms() { return last_call_ms_.load(std::memory_order_relaxed); }
 
 void decay_postpone_tick() {
   next_tick_ms_.store(os::now_ms() + decay_tick_ms(), std::memory_order_relaxed);
@@ -56,10 +61,7 @@ void run_tick(bool explicit_call) {
   }
 }
 
-}  // namespace
-
-void decay_maybe_tick() {
-  uint64_t now = os::now_ms();
+void tick_if_due(uint64_t now) {
   uint64_t next = next_tick_ms_.load(std::memory_order_relaxed);
   if (now < next) return;
   if (!next_tick_ms_.compare_exchange_strong(next, now + decay_tick_ms(),
@@ -68,6 +70,18 @@ void decay_maybe_tick() {
   if (next == 0) return;  // the first call only starts the clock
   run_tick(false);
 }
+
+}  // namespace
+
+void decay_maybe_tick() {
+  uint64_t now = os::now_ms();
+  background_note_age(now);
+  if (last_call_ms_.load(std::memory_order_relaxed) != now)
+    last_call_ms_.store(now, std::memory_order_relaxed);
+  tick_if_due(now);
+}
+
+void decay_background_tick() { tick_if_due(os::now_ms()); }
 
 void decay_tick_now() {
   next_tick_ms_.store(os::now_ms() + decay_tick_ms(), std::memory_order_relaxed);

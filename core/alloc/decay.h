@@ -55,6 +55,9 @@ inline uint64_t decay_purge_age_ms() {
 // (decay_tick_now), it collapses no huge pages: that stalls the caller (page_heap.h),
 // which may be an allocation; the background thread collapses on its own.
 void decay_maybe_tick();
+// The same from the background thread: not a call of the program's (its age and its
+// last call stay as they were).
+void decay_background_tick();
 // A tick now (jemalloc's arena.<i>.decay), the next one a whole interval later.
 void decay_tick_now();
 // Everything back now, whatever its age (malloc_trim, the memory limit): the facade's
@@ -65,6 +68,9 @@ size_t decay_release_all();
 uint64_t decay_next_tick_ms();
 // How many ticks have run (a thread cache gives its bins back once per tick).
 uint64_t decay_ticks_run();
+// When the program last reached the decay clock (os::now_ms; a slow path, every few
+// sheaf misses): the background thread calls a process idle once that is a tick old.
+uint64_t decay_last_call_ms();
 // The next tick a whole interval from now (the background thread, woken from a sleep
 // with nothing to give back).
 void decay_postpone_tick();

@@ -16,8 +16,10 @@
 // allocation: once a reader's request is newer than the last one served (checked on
 // each of its wake-ups: once a tick while memory waits to be returned), and before
 // each sleep with no timeout (from then on nothing changes until something wakes it,
-// and then it serves the request). A tick that sees a request while there is no
-// thread wants one, as memory waiting to be returned would. The writer reads the
+// and then it serves the request). With prof=true the idle thread looks for requests
+// each tick (LiveHooks::polled): a heap profile is the thread's to write. A tick that
+// sees a request while there is no thread wants one, as memory waiting to be
+// returned would. The writer reads the
 // statistics as the exit report does, without the smaps walk (the reader does it).
 //
 // Locking: one writer; the served counters, which a tick on any thread compares
@@ -146,7 +148,9 @@ void publish() {
   __atomic_store_n(&h.seq, h.seq + 1, __ATOMIC_RELEASE);
 }
 
-constexpr LiveHooks kHooks{start, requested, publish};
+bool polled() { return __atomic_load_n(&g_config.prof, __ATOMIC_RELAXED); }
+
+constexpr LiveHooks kHooks{start, requested, publish, polled};
 
 }  // namespace
 

@@ -12,8 +12,13 @@
  *            statistics say why, memory returns on allocator calls
  *   fork     a child forked from a process with the thread has none until it too
  *            has memory to return
+ *   age      a program still allocating 30 ms after it started gets the thread and
+ *            the live region, with nothing to give back
  *
- * usage: background short|libc|fail|seccomp|fork  (USLAB_CONF=decay_ms=200) */
+ * The others run with live_stats=false, which leaves memory to return the one reason
+ * to start the thread (age and a heap of 8 MiB count only for the live statistics).
+ *
+ * usage: background short|libc|fail|seccomp|fork|age  (USLAB_CONF=decay_ms=200) */
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -181,6 +186,26 @@ static void test_fork(void) {
   CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* A program still allocating 30 ms after its first allocator call gets the thread,
+ * and with it the live region, with nothing to give back (live statistics on). */
+static void test_age(void) {
+  for (int i = 0; i < 200 && state() != USLAB_BACKGROUND_RUNNING; i++) {
+    char *p = malloc(100000); /* a large call: the decay clock is read */
+    if (p) memset(p, 1, 100000);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+    sleep_ms(10);
+  }
+  CHECK(state() == USLAB_BACKGROUND_RUNNING);
+  CHECK(find_thread("uslab-bg") != 0);
+  FILE *maps = fopen("/proc/self/maps", "r");
+  char line[512];
+  int region = 0;
+  while (maps && !region && fgets(line, sizeof line, maps)) region = strstr(line, "uslab-live") != NULL;
+  if (maps) fclose(maps);
+  CHECK(region);
+}
+
 static void test_short(void) {
   void *p[1000];
   for (int round = 0; round < 100; round++) {
@@ -205,6 +230,8 @@ int main(int argc, char **argv) {
     test_cannot_start(1);
   else if (!strcmp(t, "fork"))
     test_fork();
+  else if (!strcmp(t, "age"))
+    test_age();
   else
     test_short();
   return check_done("background");

@@ -7,10 +7,11 @@
 # own statistics at exit; `uslab prof --pid`'s live heap against the profile written
 # at exit; `uslab top` in batch mode and on a terminal (tmux: sort keys, quit); a
 # forked child read apart from its parent; `uslab prof --pid` naming a C program's
-# allocation site; a 70 MB heap that freed nothing read all the same (the thread
-# starts at 64 MiB); another version noted, another layout refused; and the clear
-# refusals: no uslab, live_stats=false, no prof=true, a process with no background
-# thread, no process.
+# allocation site; with no option, a 70 MB heap that freed nothing and python3 holding
+# 40 MB of small objects in its own arenas, idle and busy, read within a second, and
+# an idle process's profile; another version noted, another layout refused; and the
+# clear refusals: no uslab, live_stats=false, no prof=true, a process with no
+# background thread (small and done allocating within 30 ms), no process.
 set -u
 root=$(readlink -f "$1")
 build=$(readlink -f "$2")
@@ -224,11 +225,60 @@ check "prof --pid: the profile names make_records" grep -q make_records "$work/p
 check "prof --pid: the file is there" test -s "$(awk '/^profile of process/ {print $NF}' "$work/prof.out")"
 stop profd
 
-# --- a heap past 64 MiB that freed nothing has the thread, and so can be read ---
+# --- with no option: a heap that freed nothing, and python3 holding 40 MB of small
+# objects in its own arenas (uslab's heap: one segment), idle and busy, each read
+# within a second; an idle process started with prof=true gives its profile ---
+# read_within NAME SECONDS: `uslab stats --pid` of NAME answers, as JSON naming the
+# process, with the background thread running, within SECONDS.
+read_within() {
+  local pid start took
+  pid=$(pid_of "$1")
+  start=$(date +%s%N)
+  uslab stats --pid "$pid" --json >"$work/$1.json" 2>"$work/$1.read.err"
+  took=$((($(date +%s%N) - start) / 1000000))
+  echo "stats --pid of $1: $took ms"
+  python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(not (d["pid"] == int(sys.argv[2]) and d["background"]["state"] == "running"))' \
+    "$work/$1.json" "$pid" && [ "$took" -le $(($2 * 1000)) ]
+}
 start big "" "$hold" 70000 0 1000
-check "a 70 MB heap that freed nothing can be read" \
-  sh -c "USLAB_BUILD=$build $root/tools/uslab stats --pid $(pid_of big) --json | python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)[\"background\"][\"state\"] != \"running\")'"
+check "a 70 MB heap that freed nothing is read within a second" read_within big 1
 stop big
+cat >"$work/small_objects.py" <<'PY'
+import sys, threading
+keep = [bytes(200) + str(i).encode() for i in range(200000)]
+def churn():
+    while True:
+        x = [bytearray(1000) for _ in range(1000)]
+        del x
+if sys.argv[1] == "busy":
+    threading.Thread(target=churn, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.readline()
+PY
+start idle40 "" "$python" "$work/small_objects.py" idle
+sleep 0.5  # the thread asleep by now: nothing to give back
+check "python3 idle with 40 MB of small objects is read within a second" read_within idle40 1
+stop idle40
+start busy40 "" "$python" "$work/small_objects.py" busy
+check "python3 busy with 40 MB of small objects is read within a second" read_within busy40 1
+stop busy40
+# decay_ms=100: the thread has nothing left to give back, and sleeps, soon.
+start idleprof "prof=true,decay_ms=100,prof_prefix=$work/idleprof" "$python" \
+  "$work/small_objects.py" idle
+for _ in $(seq 50); do
+  uslab stats --pid "$(pid_of idleprof)" 2>/dev/null | grep -q "asleep (nothing to give back)" && break
+  sleep 0.2
+done
+start_ms=$(date +%s%N)
+(cd "$work" && uslab prof --pid "$(pid_of idleprof)" >"$work/idleprof.out" 2>&1)
+took=$((($(date +%s%N) - start_ms) / 1000000))
+echo "prof --pid of an idle python3: $took ms"
+check "prof --pid of an idle process started with prof=true answers within 2 s" \
+  test -s "$(awk '/^profile of process/ {print $NF}' "$work/idleprof.out")" -a "$took" -le 2000
+stop idleprof
 
 # --- what it says where there is nothing to read ---
 refused() {  # refused NAME PATTERN COMMAND...: the command fails, saying PATTERN
