@@ -10,7 +10,7 @@
 // allocating kBackgroundLiveAgeMs after its start: short programs get none, and a
 // single-threaded program stays single-threaded until then. `true` starts it
 // in the library's constructor; `false` never. A forked child has none until it too
-// has memory to return.
+// has memory to return, maps that heap or reaches that age.
 //
 // The thread ("uslab-bg", every signal blocked) runs the decay tick (decay.h) on
 // time while the backlog holds anything, sleeping between ticks, so while memory is
