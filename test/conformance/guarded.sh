@@ -8,7 +8,10 @@
 # USLAB_CONF in the environment (the fast-path mode under test) is kept in front.
 set -u
 lib=$1 exe=$2
-mode=${USLAB_CONF:+$USLAB_CONF,}
+# live_stats=false: no background thread started by the program's age in the middle
+# of a count of guarded objects (slow under emulation): its start allocates, and with
+# guard_sample=1 every allocation is guarded.
+mode=${USLAB_CONF:+$USLAB_CONF,}live_stats=false,
 # The OS page uslab works with (the kernel's, or a larger one os_page asks for).
 page=$(getconf PAGESIZE)
 if [[ $mode =~ os_page=([0-9]+) ]] && (( BASH_REMATCH[1] > page )); then page=${BASH_REMATCH[1]}; fi
