@@ -97,7 +97,6 @@ expect_stress() {
 # filter must not hang the suite. No redis-server here: said once and left out.
 redis=$(command -v redis-server || true)
 command -v redis-cli >/dev/null || redis=
-redis_port=$((20000 + $$ % 20000))
 cat > "$work/redis.cmds" <<'EOF2'
 FLUSHALL
 DEBUG POPULATE 20000 small 40
@@ -124,23 +123,24 @@ EOF2
 # redis_session OUT ERR [LAUNCHER...]: the script's answers into OUT, the server's
 # stderr into ERR; the status (1: the server did not answer within 10 s).
 redis_session() {
-  local out=$1 err=$2 pid up=0 i reply; shift 2
-  redis_port=$((redis_port + 1))
-  "$@" "$redis" --port "$redis_port" --bind 127.0.0.1 --save "" \
-    --appendonly no --dir "$work" --enable-debug-command yes --logfile "$work/redis.log" \
-    >/dev/null 2>"$err" &
+  local out=$1 err=$2 pid up=0 i reply sock=$work/redis.sock; shift 2
+  # A socket of this run's own: the suites run side by side, and a TCP port picked
+  # from the pid was another run's server at times.
+  rm -f "$sock"
+  "$@" "$redis" --port 0 --unixsocket "$sock" --save "" --appendonly no --dir "$work" \
+    --enable-debug-command yes --logfile "$work/redis.log" >/dev/null 2>"$err" &
   pid=$!  # the server itself: the launchers exec it
   # Until it answers, dies, or takes a connection it does not answer (a filter broke it).
   for i in $(seq 100); do
-    reply=$(timeout 2 redis-cli -p "$redis_port" ping 2>/dev/null)
+    reply=$(timeout 2 redis-cli -s "$sock" ping 2>/dev/null)
     [ $? -eq 124 ] && break
     [ "$reply" = PONG ] && { up=1; break; }
     kill -0 $pid 2>/dev/null || break
     sleep 0.1
   done
   : > "$out"
-  [ $up = 1 ] && timeout 30 redis-cli -p "$redis_port" < "$work/redis.cmds" > "$out" 2>&1
-  [ $up = 1 ] && timeout 5 redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1
+  [ $up = 1 ] && timeout 30 redis-cli -s "$sock" < "$work/redis.cmds" > "$out" 2>&1
+  [ $up = 1 ] && timeout 5 redis-cli -s "$sock" shutdown nosave >/dev/null 2>&1
   for i in $(seq 50); do [ $up = 1 ] && kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   kill -KILL $pid 2>/dev/null
   wait $pid 2>/dev/null
