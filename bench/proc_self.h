@@ -23,6 +23,13 @@ static inline long read_small_file(const char *path, char *buf, size_t cap) {
   return len;
 }
 
+/* Whether a mapping of this process names a file whose path holds `name` (the first
+ * 256 KiB of /proc/self/maps; no allocation, so it answers with the heap exhausted). */
+static inline int proc_maps_has(const char *name) {
+  static char buf[256 << 10];
+  return read_small_file("/proc/self/maps", buf, sizeof buf) > 0 && strstr(buf, name) != NULL;
+}
+
 /* The number after "name:" in a status file (kB for the Vm* fields), or -1. */
 static inline long status_file_field(const char *path, const char *name) {
   char buf[4096];

@@ -198,12 +198,7 @@ static void test_age(void) {
   }
   CHECK(state() == USLAB_BACKGROUND_RUNNING);
   CHECK(find_thread("uslab-bg") != 0);
-  FILE *maps = fopen("/proc/self/maps", "r");
-  char line[512];
-  int region = 0;
-  while (maps && !region && fgets(line, sizeof line, maps)) region = strstr(line, "uslab-live") != NULL;
-  if (maps) fclose(maps);
-  CHECK(region);
+  CHECK(proc_maps_has("uslab-live"));
 }
 
 static void test_short(void) {

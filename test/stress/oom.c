@@ -72,16 +72,6 @@ static void check_failures(void) {
   CHECK(reallocarray(NULL, 1 << 20, 64) == NULL && errno == ENOMEM);
 }
 
-/* Whether a file whose name holds `name` is mapped in this process. */
-static int mapped(const char *name) {
-  FILE *maps = fopen("/proc/self/maps", "r");
-  char line[512];
-  int found = 0;
-  while (maps && !found && fgets(line, sizeof line, maps)) found = strstr(line, name) != NULL;
-  if (maps) fclose(maps);
-  return found;
-}
-
 /* Guarded objects served so far (uslab's statistics). */
 static unsigned long long guarded_served(void) {
   int (*get)(uslab_stats_t *, size_t) =
@@ -127,7 +117,7 @@ int main(int argc, char **argv) {
   int hopping = argc > 1 && !strcmp(argv[1], "hop");
   struct rlimit lim = {0, 0};
   getrlimit(RLIMIT_AS, &lim);
-  int unwinder = mapped("libgcc_s.so");
+  int unwinder = proc_maps_has("libgcc_s.so");
   struct rlimit tight = lim;
   tight.rlim_cur = (rlim_t)(proc_status_field("VmSize") + (96 << 10)) << 10; /* 96 MiB more than now */
   CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
@@ -158,7 +148,7 @@ int main(int argc, char **argv) {
       malloc_stats();
       break; /* nothing below to check, nor to free */
     }
-    if (!unwinder && guarded_served() == 0) CHECK(!mapped("libgcc_s.so"));
+    if (!unwinder && guarded_served() == 0) CHECK(!proc_maps_has("libgcc_s.so"));
     check_failures();
     /* realloc that cannot grow keeps the old block. */
     unsigned char *keep = small[0];
