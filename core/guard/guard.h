@@ -122,7 +122,7 @@ enum class SlotState : uint8_t { kNever, kLive, kFreeing, kFreed, kOpened, kBurn
 struct Slot {
   char* object;  // the object's start (live or freed)
   uint32_t size;
-  uint8_t cls;
+  uint8_t cls;  // set with the state, under the lock (live_in_class reads both)
   std::atomic<SlotState> state;  // written under the lock, read by the handler without
   bool deferred;  // its free stack is uslab_free_deferred's (note_deferred)
   uint32_t next;  // quarantine order (kNone at the tail)

@@ -128,6 +128,9 @@ void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
     if (i != kNone) {
       g_pool.live++;
       g_pool.allocations++;
+      // The class with the state: live_in_class reads both under the lock, and a
+      // slot's previous class would count it as another cache's live object.
+      g_pool.slots[i].cls = static_cast<uint8_t>(cls);
       g_pool.slots[i].state = SlotState::kLive;
     }
   }
@@ -152,7 +155,6 @@ void* serve(size_t size, size_t align, unsigned cls, const ObjCache* cache) {
   char* obj = area_end(i) - ((size + unit - 1) & ~(unit - 1));
   s.object = obj;
   s.size = static_cast<uint32_t>(size);
-  s.cls = static_cast<uint8_t>(cls);
   s.alloc_tid = current_tid();
   s.alloc_stack = st;
   s.free_stack.depth = 0;
