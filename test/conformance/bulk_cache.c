@@ -2,7 +2,7 @@
  * through libuslab.so: bulk alloc/free of every size class with mixed sizes and
  * caches in one call, all-or-nothing under RLIMIT_AS, the constructor contract, the
  * cache flags (zero, cache-line alignment, poison), destroy with live objects, bad
- * input, class reuse, and concurrent bulk traffic between threads with verification.
+ * input, class reuse (also beside threads that malloc), and concurrent bulk traffic between threads with verification.
  *
  * usage: bulk_cache */
 #include <errno.h>
@@ -333,6 +333,51 @@ static void test_all_or_nothing(void) {
 /* Threads allocate in bulk, stamp, swap batches through shared slots, verify and
  * free in bulk (objects of one thread freed by another). */
 #define SLOTS 64
+/* Caches created and destroyed while other threads malloc and free: each destroy
+ * finds nothing live and gives its class back. Under guarded sampling a slot taken
+ * for a malloc was seen for a moment with the class of the cache object it held
+ * before, and the destroy retired that class as if an object were still out (until
+ * no class was left). Run in a child: what the destroys print is read. */
+static atomic_int stop_mallocs;
+static void *malloc_churn(void *arg) {
+  uint64_t r = (uintptr_t)arg + 1;
+  void *slots[16] = {0};
+  while (!atomic_load(&stop_mallocs)) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    size_t k = (r >> 33) % 16;
+    free(slots[k]);
+    slots[k] = malloc((r >> 40) % 2000 + 1);
+  }
+  for (int k = 0; k < 16; k++) free(slots[k]);
+  return NULL;
+}
+
+static void reuse_beside_mallocs(void) {
+  pthread_t ts[2];
+  for (int t = 0; t < 2; t++) pthread_create(&ts[t], NULL, malloc_churn, (void *)(uintptr_t)t);
+  for (int i = 0; i < 2000; i++) {
+    uslab_cache_t *c = uslab_cache_create("beside", 48 + 16 * (size_t)(i % 4), 8, 0, NULL);
+    if (!c) {
+      fprintf(stderr, "cache creation %d failed: no class left\n", i + 1);
+      break;
+    }
+    void *objs[20];
+    size_t n = uslab_cache_alloc_bulk(c, 20, objs);
+    uslab_cache_free_bulk(c, n, objs);
+    uslab_cache_destroy(c);
+  }
+  atomic_store(&stop_mallocs, 1);
+  for (int t = 0; t < 2; t++) pthread_join(ts[t], NULL);
+}
+
+static void test_reuse_beside_mallocs(void) {
+  static char err[4096];
+  int st = in_child(reuse_beside_mallocs, err, sizeof err);
+  if (err[0]) fprintf(stderr, "%s", err);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK(err[0] == 0);
+}
+
 static _Atomic(void **) exchange[SLOTS];
 static atomic_ulong verified, corrupt;
 static uslab_cache_t *shared_cache;
@@ -421,6 +466,7 @@ int main(void) {
   test_poison();
   test_destroy_with_live_objects();
   test_bad_input_and_reuse();
+  test_reuse_beside_mallocs();
   test_wrong_cache();
   test_stats_show_caches();
   test_concurrent_bulk();
