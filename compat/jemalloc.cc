@@ -52,19 +52,7 @@ USLAB_EXPORT void* rallocx(void* p, size_t size, int flags) {
   size_t align = align_of(flags);
   size_t old = heap::usable_size(p);
   int saved = errno;
-  void* q;
-  if (align <= 16) {
-    q = heap::realloc(p, size ? size : 1);
-  } else if (reinterpret_cast<uintptr_t>(p) % align == 0 &&
-             heap::resize_in_place(p, size) >= size) {
-    q = p;
-  } else {
-    q = heap::alloc_aligned(size, align);
-    if (q) {
-      memcpy(q, p, old < size ? old : size);
-      heap::free(p);
-    }
-  }
+  void* q = heap::realloc_aligned(p, size, align);
   errno = saved;
   if (q && (flags & kZero)) {
     size_t now = heap::usable_size(q);

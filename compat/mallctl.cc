@@ -1,4 +1,4 @@
-// compat/mallctl.cc — jemalloc's mallctl, for the names programs written for jemalloc
+// compat/mallctl.cc — jemalloc's mallctl (also as uslab_mallctl), for the names programs written for jemalloc
 // use to read statistics and to ask for memory back (the README lists them).
 //
 // Programs that run on jemalloc purge explicitly (redis after FLUSHALL reads
@@ -275,8 +275,8 @@ int ctl(const char* name, const Call& c) {
 
 }  // namespace
 
-extern "C" USLAB_EXPORT int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp,
-                                    size_t newlen) {
+extern "C" USLAB_EXPORT int uslab_mallctl(const char* name, void* oldp, size_t* oldlenp,
+                                          void* newp, size_t newlen) {
   if (!name) return ENOENT;
   LockGuard g(g_ctl_lock);
   static bool opt_taken = false;
@@ -287,3 +287,10 @@ extern "C" USLAB_EXPORT int mallctl(const char* name, void* oldp, size_t* oldlen
   }
   return ctl(name, Call{oldp, oldlenp, newp, newlen});
 }
+
+#if !USLAB_NO_OVERRIDE
+// jemalloc's name, for programs written for jemalloc; a build that leaves the standard
+// names to libc (preload/prefixed.cc) leaves this one too.
+extern "C" USLAB_EXPORT int mallctl(const char*, void*, size_t*, void*, size_t)
+    __attribute__((alias("uslab_mallctl"), copy(uslab_mallctl)));
+#endif

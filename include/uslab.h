@@ -17,6 +17,27 @@ extern "C" {
 
 #define USLAB_VERSION "0.1.0"
 
+/* ---- The malloc family under uslab's names ----
+ * The heap malloc and free reach when libuslab is linked or preloaded, for a program
+ * that links uslab beside another malloc (the Rust crate `uslab` without its
+ * `override` feature leaves the standard names to libc). Semantics as the standard
+ * calls': NULL with errno = ENOMEM, calloc's overflow checked, realloc(p, 0) frees.
+ * The aligned calls take any power-of-two alignment (EINVAL otherwise); a failed
+ * uslab_realloc_aligned leaves p valid. The sized frees take the size (and
+ * alignment) the object was asked for, or any size up to its usable size. */
+void* uslab_malloc(size_t size);
+void* uslab_calloc(size_t n, size_t size);
+void* uslab_realloc(void* p, size_t size);
+void uslab_free(void* p);
+void uslab_free_sized(void* p, size_t size);
+void* uslab_aligned_alloc(size_t align, size_t size);
+void* uslab_aligned_alloc_zeroed(size_t align, size_t size);
+void* uslab_realloc_aligned(void* p, size_t align, size_t size);
+void uslab_free_aligned_sized(void* p, size_t align, size_t size);
+size_t uslab_malloc_usable_size(const void* p);
+/* jemalloc's mallctl (docs/API.md, "jemalloc's API", lists the names). */
+int uslab_mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen);
+
 /* The version string of the loaded library. */
 const char* uslab_version(void);
 

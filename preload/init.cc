@@ -67,7 +67,7 @@ void drop_preload_for_children() {
   if (out == list) unsetenv("LD_PRELOAD");
 }
 
-#ifdef __GLIBC__
+#if defined(__GLIBC__) && !USLAB_NO_OVERRIDE
 USLAB_STARTUP_STRING(kFree, "free");
 USLAB_STARTUP_STRING(kUsableSize, "malloc_usable_size");
 
@@ -89,8 +89,8 @@ void find_glibc_malloc() {
 
 __attribute__((constructor(101))) void uslab_process_init() {
   drop_preload_for_children();
-#ifdef __GLIBC__
-  find_glibc_malloc();
+#if defined(__GLIBC__) && !USLAB_NO_OVERRIDE
+  find_glibc_malloc();  // a build under uslab's names alone is never given glibc's blocks
 #endif
   uslab::heap::init();
 #ifdef __GLIBC__

@@ -5,9 +5,9 @@
 // free_aligned_sized, and glibc's __libc_* entry points (aliases, so code bound to
 // them — static links, RTLD_DEEPBIND users, glibc internals — lands in the same heap:
 // rpmalloc#374, jemalloc#481; not in the musl build).
-// glibc's semantics where the C standard leaves room: malloc(0) returns a unique
-// pointer, realloc(p, 0) frees and returns NULL, failures set errno = ENOMEM, free
-// preserves errno, posix_memalign returns EINVAL for a bad alignment.
+// Their semantics are preload/entry.h's (glibc's); free preserves errno,
+// posix_memalign returns EINVAL for a bad alignment. uslab_malloc and the other names
+// of include/uslab.h are prefixed.cc's.
 //
 // Locking: none here; everything goes through core/heap/heap.h.
 #include <cerrno>
@@ -15,20 +15,12 @@
 #include <cstdint>
 
 #include "core/core.h"
+#include "preload/entry.h"
 #include "preload/export.h"
 
 using namespace uslab;
-
-namespace {
-
-inline bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
-
-inline void* aligned(size_t align, size_t size) {
-  void* p = heap::alloc_aligned(size, align);
-  return p ? p : heap::fail_nomem();
-}
-
-}  // namespace
+using entry::aligned;
+using entry::is_pow2;
 
 extern "C" {
 
@@ -38,20 +30,9 @@ USLAB_EXPORT void free(void* p) { heap::free<true>(p); }
 
 USLAB_EXPORT void cfree(void* p) { heap::free(p); }
 
-USLAB_EXPORT void* calloc(size_t n, size_t size) {
-  size_t total;
-  if (__builtin_mul_overflow(n, size, &total)) return heap::fail_nomem();
-  void* p = heap::alloc_zeroed(total);
-  return p ? p : heap::fail_nomem();
-}
+USLAB_EXPORT void* calloc(size_t n, size_t size) { return entry::calloc(n, size); }
 
-USLAB_EXPORT void* realloc(void* p, size_t size) {
-  // malloc's inline fast path: Lua's allocator makes every object with realloc(NULL, n).
-  if (!p) return heap::alloc(size);
-  void* q = heap::realloc(p, size);
-  if (q || (p && size == 0)) return q;
-  return heap::fail_nomem();
-}
+USLAB_EXPORT void* realloc(void* p, size_t size) { return entry::realloc(p, size); }
 
 USLAB_EXPORT void* reallocarray(void* p, size_t n, size_t size) {
   size_t total;
@@ -68,11 +49,7 @@ USLAB_EXPORT int posix_memalign(void** out, size_t align, size_t size) {
 }
 
 USLAB_EXPORT void* aligned_alloc(size_t align, size_t size) {
-  if (!is_pow2(align)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  return aligned(align, size);
+  return entry::aligned_alloc(align, size);
 }
 
 USLAB_EXPORT void* memalign(size_t align, size_t size) {
@@ -95,7 +72,7 @@ USLAB_EXPORT void* pvalloc(size_t size) {
   return aligned(page, rounded ? rounded : page);
 }
 
-USLAB_EXPORT size_t malloc_usable_size(void* p) { return p ? heap::usable_size(p) : 0; }
+USLAB_EXPORT size_t malloc_usable_size(void* p) { return entry::usable_size(p); }
 
 USLAB_EXPORT void free_sized(void* p, size_t size) { heap::free_sized(p, size); }
 

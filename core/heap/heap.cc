@@ -355,6 +355,18 @@ void* realloc(void* p, size_t size) {
   return q;
 }
 
+void* realloc_aligned(void* p, size_t size, size_t align) {
+  // malloc's memory of at least align bytes is aligned to it (alloc_aligned).
+  if (align <= 16) return realloc(p, size > align ? size : align);
+  if (reinterpret_cast<uintptr_t>(p) % align == 0 && resize_in_place(p, size) >= size) return p;
+  const size_t old = usable_size(p);
+  void* q = alloc_aligned(size, align);
+  if (!q) return nullptr;
+  memcpy(q, p, old < size ? old : size);
+  free(p);
+  return q;
+}
+
 void flush_thread_cache() { thread_cache_flush_mine(); }
 
 size_t trim() {

@@ -42,6 +42,9 @@ void free_slow(void* p, uintptr_t entry);
 void* alloc_aligned(size_t size, size_t align);
 void* alloc_zeroed(size_t size);
 void* realloc(void* p, size_t size);
+// realloc keeping an alignment (above malloc's 16: in place when p is aligned and its
+// slab or span holds size, else moved); nullptr with p still valid when it fails.
+void* realloc_aligned(void* p, size_t size, size_t align);
 size_t usable_size(const void* p);
 // jemalloc's xallocx: resizes p in place to hold size bytes when its slab or span
 // allows; returns its usable size afterwards (0 for an invalid pointer, reported).
