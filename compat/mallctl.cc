@@ -275,8 +275,8 @@ int ctl(const char* name, const Call& c) {
 
 }  // namespace
 
-extern "C" USLAB_EXPORT int uslab_mallctl(const char* name, void* oldp, size_t* oldlenp,
-                                          void* newp, size_t newlen) {
+extern "C" USLAB_EXPORT int uslab_mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp,
+                                          size_t newlen) {
   if (!name) return ENOENT;
   LockGuard g(g_ctl_lock);
   static bool opt_taken = false;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tools/musl-toolchain.sh DIR — a meson cross file (DIR/musl.ini) that builds
-# libuslab.so and the C tests for musl with Debian's musl-tools and musl-dev.
+# libuslab.so and the C tests for musl with Debian's musl-tools and musl-dev, and the
+# C++ compiler's command alone, one word a line (DIR/cxx.args), for the Rust crate's
+# build script (rust/uslab-sys/build.rs).
 #
 # musl-gcc compiles and links C against musl's headers, crt and libc.so
 # (/lib/ld-musl-x86_64.so.1). Debian has no C++ toolchain for musl, but the core needs
@@ -73,4 +75,5 @@ cpu_family = '$(uname -m)'
 cpu = '$(uname -m)'
 endian = 'little'
 EOF
+printf '%s\n' "${cpp[@]}" >"$dir/cxx.args"
 echo "$dir/musl.ini"

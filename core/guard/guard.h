@@ -102,7 +102,6 @@ inline unsigned class_of(const Span* s) { return s->size_class; }
 // Live guarded objects of class cls (an object cache being destroyed counts them).
 size_t live_in_class(unsigned cls);
 
-
 struct Stats {
   uint64_t allocations;  // guarded so far
   uint64_t reports;      // errors reported
@@ -122,10 +121,10 @@ enum class SlotState : uint8_t { kNever, kLive, kFreeing, kFreed, kOpened, kBurn
 struct Slot {
   char* object;  // the object's start (live or freed)
   uint32_t size;
-  uint8_t cls;  // set with the state, under the lock (live_in_class reads both)
+  uint8_t cls;                   // set with the state, under the lock (live_in_class reads both)
   std::atomic<SlotState> state;  // written under the lock, read by the handler without
-  bool deferred;  // its free stack is uslab_free_deferred's (note_deferred)
-  uint32_t next;  // quarantine order (kNone at the tail)
+  bool deferred;                 // its free stack is uslab_free_deferred's (note_deferred)
+  uint32_t next;                 // quarantine order (kNone at the tail)
   uint32_t alloc_tid, free_tid;
   prof::Stack alloc_stack, free_stack;
 };
@@ -136,12 +135,12 @@ struct Pool {
   char* base = nullptr;  // slot_bytes() a slot; published once (release), never moved
   Slot* slots = nullptr;
   Span* spans = nullptr;
-  uint32_t count = 0;  // slots (written before base is published)
+  uint32_t count = 0;                         // slots (written before base is published)
   uint32_t fresh USLAB_GUARDED_BY(lock) = 0;  // never used yet: count - fresh
   uint32_t head USLAB_GUARDED_BY(lock) = kNone, tail USLAB_GUARDED_BY(lock) = kNone;
   uint32_t live USLAB_GUARDED_BY(lock) = 0, quarantined USLAB_GUARDED_BY(lock) = 0;
   uint64_t allocations USLAB_GUARDED_BY(lock) = 0;
-  uint64_t reports = 0;  // atomic adds (the handler adds without the lock)
+  uint64_t reports = 0;                        // atomic adds (the handler adds without the lock)
   bool failed USLAB_GUARDED_BY(lock) = false;  // the pool could not be mapped
   bool regions = false;  // inaccessible by guard regions, not mprotect (set before base)
 };

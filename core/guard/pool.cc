@@ -283,11 +283,9 @@ size_t live_size(const void* p, Span* span, const char* op) {
   const uint32_t i = slot_index(span);
   const Slot& s = g_pool.slots[i];
   const SlotState state = s.state.load(std::memory_order_acquire);
-  if ((state == SlotState::kLive || state == SlotState::kOpened) && p == s.object)
-    return s.size;
+  if ((state == SlotState::kLive || state == SlotState::kOpened) && p == s.object) return s.size;
   char what[96];
-  os::format(what, sizeof what, "%s of a %s pointer", op,
-             p == s.object ? "freed" : "invalid");
+  os::format(what, sizeof what, "%s of a %s pointer", op, p == s.object ? "freed" : "invalid");
   report(i, what, reinterpret_cast<uintptr_t>(p), nullptr);
   abort_if_configured();
   return 0;

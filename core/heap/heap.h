@@ -212,4 +212,3 @@ extern std::atomic<size_t> g_huge_bytes;
 [[noreturn]] void die(const char* message);
 
 }  // namespace uslab::heap
-

@@ -106,13 +106,16 @@ struct LockSet {
 // Registers a LockSet (at namespace scope, in the file that defines its locks):
 // USLAB_LOCK_SET(kRank, [] { return n; }, [](uint32_t i) { return &locks[i]; });
 // The section holds a pointer to each set: the compiler may align a larger object
-// beyond its size (16 or 32 bytes), leaving gaps a walk would misread.
+// beyond its size (16 or 32 bytes), leaving gaps a walk would misread. Retained
+// (SHF_GNU_RETAIN): a link that collects unused sections (lld's, in Rust programs)
+// dropped it, whose references through __start_/__stop_ keep nothing.
 #define USLAB_LOCK_SET_NAME2(a, b) a##b
 #define USLAB_LOCK_SET_NAME(a, n) USLAB_LOCK_SET_NAME2(a, n)
-#define USLAB_LOCK_SET_AT(n, rank, count_fn, at_fn)                                      \
-  constinit const ::uslab::LockSet USLAB_LOCK_SET_NAME(uslab_lock_set_, n) = {           \
-      ::uslab::LockRank::rank, +(count_fn), +(at_fn)};                                   \
-  [[gnu::used, gnu::section("uslab_lock_sets")]] constinit const ::uslab::LockSet* const \
+#define USLAB_LOCK_SET_AT(n, rank, count_fn, at_fn)                            \
+  constinit const ::uslab::LockSet USLAB_LOCK_SET_NAME(uslab_lock_set_, n) = { \
+      ::uslab::LockRank::rank, +(count_fn), +(at_fn)};                         \
+  [[gnu::used, gnu::retain,                                                    \
+    gnu::section("uslab_lock_sets")]] constinit const ::uslab::LockSet* const  \
   USLAB_LOCK_SET_NAME(uslab_lock_set_ref_, n) = &USLAB_LOCK_SET_NAME(uslab_lock_set_, n)
 #define USLAB_LOCK_SET(rank, count_fn, at_fn) USLAB_LOCK_SET_AT(__COUNTER__, rank, count_fn, at_fn)
 // One lock.

@@ -10,15 +10,28 @@
 // (unloading it would run its destructors while the process may still use its
 // plugins' memory).
 //
+// Built with USLAB_NO_HWLOC (the Rust crate's default: no hwloc header needed), the
+// provider says so and the probe's topology is used.
+//
 // Locking: none; called only from the allocator's constructor and from tools.
+#include "core/platform/os.h"
+#include "core/platform/topology.h"
+
+#if USLAB_NO_HWLOC
+namespace uslab {
+bool topology_hwloc(Topology* t, char* why, size_t cap) {
+  *t = Topology{};
+  os::format(why, cap, "uslab was built without hwloc");
+  return false;
+}
+}  // namespace uslab
+#else
 #include <dlfcn.h>
 #include <hwloc.h>
 
 #include <cstring>
 
 #include "core/platform/libc_calls.h"
-#include "core/platform/os.h"
-#include "core/platform/topology.h"
 
 namespace uslab {
 
@@ -165,3 +178,4 @@ bool topology_hwloc(Topology* t, char* why, size_t cap) {
 }
 
 }  // namespace uslab
+#endif  // USLAB_NO_HWLOC

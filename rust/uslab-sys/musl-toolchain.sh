@@ -1,0 +1,1 @@
+../../tools/musl-toolchain.sh
