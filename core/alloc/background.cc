@@ -159,7 +159,11 @@ USLAB_STARTUP_TEXT void background_init() {
   config_init();
   os::helper_thread_init();
   arm_age();
-  if (g_config.background_thread != Config::Background::kOn) return;
+  // `auto` where no later call could start it (helper_thread.h): here, as `true`.
+  if (g_config.background_thread != Config::Background::kOn &&
+      !(g_config.background_thread == Config::Background::kAuto &&
+        os::helper_thread_caller_untestable()))
+    return;
   BackgroundState s = BackgroundState::kIdle;
   // The constructor runs with no lock held and outside any free: start at once.
   if (g_background_state.compare_exchange_strong(s, BackgroundState::kStarting)) start_now();

@@ -26,6 +26,7 @@ constexpr unsigned kMaxRanges = 8;
 Range self_[kMaxRanges], libc_[kMaxRanges];
 unsigned nself_ = 0, nlibc_ = 0;
 bool ready_ = false;
+bool in_executable_ = false;  // uslab's code is the program's executable's
 
 bool in(const Range* r, unsigned n, uintptr_t a) {
   for (unsigned i = 0; i < n; i++)
@@ -66,6 +67,8 @@ USLAB_STARTUP_TEXT int record_object(dl_phdr_info* info, size_t, void*) {
     mine |= me >= text[n].lo && me < text[n].hi;
     n++;
   }
+  // The program's executable is the first object, with an empty name.
+  if (mine && (!info->dlpi_name || !info->dlpi_name[0])) in_executable_ = true;
   Range* dst = mine ? self_ : is_libc_object(info) ? libc_ : nullptr;
   unsigned* count = mine ? &nself_ : &nlibc_;
   for (unsigned i = 0; dst && i < n && *count < kMaxRanges; i++) dst[(*count)++] = text[i];
@@ -75,7 +78,7 @@ USLAB_STARTUP_TEXT int record_object(dl_phdr_info* info, size_t, void*) {
 // The first return address outside this library on the way up from here, or 0 when
 // the frame chain looks broken. Only this library's frames are read: each was laid
 // down by its code (frame pointers), the caller's never is.
-__attribute__((noinline)) uintptr_t first_foreign_return() {
+[[maybe_unused]] __attribute__((noinline)) uintptr_t first_foreign_return() {
   auto* fp = static_cast<uintptr_t*>(__builtin_frame_address(0));
   for (int depth = 0; depth < 64; depth++) {
     uintptr_t ret = fp[1];
@@ -101,16 +104,33 @@ USLAB_STARTUP_TEXT void helper_thread_init() {
 
 bool in_libc_text(uintptr_t addr) { return in(libc_, nlibc_, addr); }
 
+bool helper_thread_caller_untestable() {
+#if USLAB_NO_OVERRIDE
+  return false;
+#else
+  return ready_ && in_executable_ && !libc::static_binary();
+#endif
+}
+
+namespace {
+// Whether this call may come from under one of libc's locks (helper_thread.h).
+bool libc_may_be_caller() {
+#if USLAB_NO_OVERRIDE
+  return false;  // libc keeps its own malloc: it never calls this heap
+#else
+  if (helper_thread_caller_untestable()) return true;
+  // One object holds libc and the program: the lock itself says whether this call
+  // could come from under it (a held lock, ours or another thread's, waits a call).
+  if (libc::static_binary()) return !libc::stack_cache_lock_free();
+  uintptr_t ret = first_foreign_return();
+  return ret == 0 || in_libc_text(ret);
+#endif
+}
+}  // namespace
+
 ThreadVeto helper_thread_veto() {
   if (!ready_) return ThreadVeto::kNotReady;
-  if (libc::static_binary()) {
-    // One object holds libc and the program: the lock itself says whether this call
-    // could come from under it (a held lock, ours or another thread's, waits a call).
-    if (!libc::stack_cache_lock_free()) return ThreadVeto::kLibcCaller;
-  } else {
-    uintptr_t ret = first_foreign_return();
-    if (ret == 0 || in_libc_text(ret)) return ThreadVeto::kLibcCaller;
-  }
+  if (libc_may_be_caller()) return ThreadVeto::kLibcCaller;
   if (seccomp_filtered()) return ThreadVeto::kSeccomp;
   return ThreadVeto::kNone;
 }

@@ -17,6 +17,12 @@
 // anyone), and none at all where the lock cannot be read (glibc before 2.34). A process
 // under a seccomp filter starts no thread: a filter may kill the process on clone
 // (OpenSSH's sandbox does), and the kernel does not say which calls a filter allows.
+// Built under uslab's names alone (USLAB_NO_OVERRIDE: the Rust crate without its
+// override feature), libc keeps its own malloc and never calls this heap, so no call
+// can come from under its locks: there is no test. Linked into the program's own
+// executable and owning malloc (the crate's override feature), uslab's frames cannot
+// be told from the program's, which may have no frame pointers: no call may start the
+// thread, and `auto` starts it in the constructor instead (background.h).
 //
 // Locking: none. helper_thread_init reads the loaded objects once (dl_iterate_phdr),
 // from the library's constructor; until then every call is refused. Unlike os.h,
@@ -39,6 +45,9 @@ enum class ThreadVeto : uint8_t {
   kSeccomp,     // a seccomp filter is in force on this thread
 };
 ThreadVeto helper_thread_veto();
+// Whether every call is refused for want of a caller test (uslab owns malloc inside
+// the program's executable; see above).
+bool helper_thread_caller_untestable();
 const char* thread_veto_name(ThreadVeto v);
 
 // Whether a return address lies in the text of libc, libpthread or ld.so (tests).
