@@ -66,6 +66,10 @@ Benchmarks (default: all):
   prof          the heap profiler's cost: uslab and jemalloc without and with
                 profiling at a 512 KiB mean, on malloc/free pairs by size and two
                 threaded workloads; instructions per pair under callgrind
+  rust          Rust workloads (serde_json, BTreeMap/HashMap churn, a channel
+                pipeline, regex; bench/rust/) built with uslab's crate, the mimalloc
+                crate, tikv-jemallocator and Rust's default: median time and peak RSS,
+                uslab against the best crate; RSS after a 600 MB burst (bench/rust_crates.py)
   numa          cross-node producer/consumer: one pair of xthread, producer and
                 consumer pinned to CPUs of two NUMA nodes (on a machine with one
                 node, uslab also runs with hwloc's synthetic 2 nodes)
@@ -102,6 +106,7 @@ import sys
 
 import memory
 import programs
+import rust_crates
 import speed
 import threaded
 from common import allocators, machine
@@ -155,6 +160,7 @@ BENCHMARKS = {
     "thp": memory.bench_thp,
     "drift": memory.bench_drift,
     "prof": speed.bench_prof,
+    "rust": rust_crates.bench_rust,
 }
 
 
