@@ -123,6 +123,22 @@ int background_ctl(const Call& c) {
   return 0;
 }
 
+// uslab's memory limit (core/alloc/memory_limit.h), as tcmalloc's SetMemoryLimit:
+// uslab.memory_limit (size_t bytes, 0: none) and uslab.memory_limit_hard (bool). A read
+// decides the limit first (the cgroup's, when no option gave one); a write sets it.
+int memory_limit_ctl(bool hard_flag, const Call& c) {
+  const MemoryLimit l = memory_limit(true);
+  size_t bytes = static_cast<size_t>(l.bytes);
+  bool hard = l.hard;
+  if (c.writes()) {
+    int err = hard_flag ? c.written(&hard) : c.written(&bytes);
+    if (err) return err;
+  }
+  if (int err = hard_flag ? c.read(l.hard) : c.read(static_cast<size_t>(l.bytes))) return err;
+  if (c.writes()) memory_limit_set(bytes, hard);
+  return 0;
+}
+
 // "arena.<i>.<rest>" with i naming uslab's arena: rest (nullptr otherwise); *bad_index
 // when the name is of that form with an index that names no arena.
 const char* arena_name(const char* name, bool* bad_index) {
@@ -261,6 +277,8 @@ int ctl(const char* name, const Call& c) {
   if (is("opt.dirty_decay_ms")) return c.read_only(decay_as_jemalloc(g_opt_decay_ms));
   if (is("opt.muzzy_decay_ms")) return c.read_only(ssize_t{0});
   if (is("background_thread")) return background_ctl(c);
+  if (is("uslab.memory_limit")) return memory_limit_ctl(false, c);
+  if (is("uslab.memory_limit_hard")) return memory_limit_ctl(true, c);
   if (is("opt.background_thread")) return c.read_only(g_opt_background);
   if (is("max_background_threads")) {
     size_t want = 0;

@@ -15,7 +15,9 @@ namespace {
 
 constinit Mutex decide_lock_;
 USLAB_LOCK_ONE(kMemoryLimit, decide_lock_);
-MemoryLimit limit_{};  // written once under decide_lock_, read after g_limit_state says so
+// Written under decide_lock_ (decided once, or set by memory_limit_set); bytes and
+// hard are read by limit_admit_slow without it, as relaxed atomics.
+MemoryLimit limit_{};
 constinit std::atomic<uint64_t> last_release_ms_{0}, releases_{0}, refusals_{0};
 // The heap's resident estimate after the last release (0: below the limit since).
 constinit std::atomic<size_t> resident_at_release_{0};
@@ -69,8 +71,10 @@ void limit_decide_slow(size_t mapped) {
 }
 
 bool limit_admit_slow(size_t bytes) {
+  const uint64_t limit = __atomic_load_n(&limit_.bytes, __ATOMIC_RELAXED);
+  const bool hard = __atomic_load_n(&limit_.hard, __ATOMIC_RELAXED);
   size_t resident = heap_resident_estimate();
-  if (resident + bytes <= limit_.bytes) {
+  if (resident + bytes <= limit) {
     if (resident_at_release_.load(std::memory_order_relaxed))
       resident_at_release_.store(0, std::memory_order_relaxed);
     return true;
@@ -83,15 +87,14 @@ bool limit_admit_slow(size_t bytes) {
   // kernel's limit is reached, not a tick later.
   uint64_t now = os::now_ms(), last = last_release_ms_.load(std::memory_order_relaxed);
   size_t base = resident_at_release_.load(std::memory_order_relaxed);
-  if (limit_.hard || !base || now - last >= decay_tick_ms() ||
-      resident >= base + limit_.bytes / 16) {
+  if (hard || !base || now - last >= decay_tick_ms() || resident >= base + limit / 16) {
     last_release_ms_.store(now, std::memory_order_relaxed);
     releases_.fetch_add(1, std::memory_order_relaxed);
     decay_release_all();
     resident = heap_resident_estimate();
     resident_at_release_.store(resident ? resident : 1, std::memory_order_relaxed);
   }
-  if (!limit_.hard || resident + bytes <= limit_.bytes) return true;
+  if (!hard || resident + bytes <= limit) return true;
   refusals_.fetch_add(1, std::memory_order_relaxed);
   return false;
 }
@@ -103,6 +106,21 @@ MemoryLimit memory_limit(bool decide_now) {
     decide_locked();
   }
   return limit_;
+}
+
+void memory_limit_set(uint64_t bytes, bool hard) {
+  config_init();
+  LockGuard g(decide_lock_);
+  __atomic_store_n(&limit_.bytes, bytes, __ATOMIC_RELAXED);
+  __atomic_store_n(&limit_.hard, hard, __ATOMIC_RELAXED);
+  limit_.decided = true;
+  if (bytes)
+    os::format(limit_.source, sizeof limit_.source, "%zu, set at run time (uslab.memory_limit)",
+               static_cast<size_t>(bytes));
+  else
+    os::format(limit_.source, sizeof limit_.source, "none, set at run time (uslab.memory_limit)");
+  resident_at_release_.store(0, std::memory_order_relaxed);
+  g_limit_state.store(bytes ? kLimitActive : kLimitNone, std::memory_order_release);
 }
 
 LimitStats memory_limit_stats() {

@@ -14,8 +14,12 @@
 // memory_limit_hard=true an allocation that would still pass it fails (ENOMEM; operator new throws)
 // instead of waking the OOM killer.
 //
-// Locking: the decision is made once, under its own lock; the limit is read-only
-// after. limit_admit takes no lock of its own besides that and is called with none of
+// memory_limit_set (mallctl's uslab.memory_limit, as tcmalloc's SetMemoryLimit) sets
+// it at run time, in place of the decision.
+//
+// Locking: the decision is made once, under its own lock, as is a later setting; the
+// admission reads the limit's bytes and hardness as relaxed atomics (a setting takes
+// effect at the next admission). limit_admit takes no lock of its own besides that and is called with none of
 // the heap's held: the release takes them all, one at a time. When the last release
 // happened and the estimate after it are relaxed atomics: two threads may both
 // release, which costs time, not correctness.
@@ -68,6 +72,8 @@ struct LimitStats {
   uint64_t refusals;  // allocations the hard limit refused
 };
 LimitStats memory_limit_stats();
+// Sets the limit now (0: none) and whether it refuses allocations past it.
+void memory_limit_set(uint64_t bytes, bool hard);
 // One line describing limit l with its counters st and the heap's resident estimate
 // then, for the statistics and uslab topology.
 void memory_limit_describe(const MemoryLimit& l, const LimitStats& st, size_t resident, char* out,

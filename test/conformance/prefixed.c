@@ -2,11 +2,13 @@
  * (preload/prefixed.cc): the same heap as malloc, the same errors, every alignment
  * from 1 to 4 MiB for the aligned calls with their contents kept by realloc, zeroed
  * memory really zero (also after the same memory was dirtied and freed), sized frees
- * of shrunk objects, and uslab_mallctl answering as mallctl.
+ * of shrunk objects, and uslab_mallctl answering as mallctl (and setting the memory
+ * limit at run time).
  *
  * usage: prefixed */
 #pragma GCC diagnostic ignored "-Walloc-size-larger-than="
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "include/uslab.h"
@@ -125,6 +127,38 @@ static void test_mallctl(void) {
   CHECK(uslab_mallctl("stats.allocated", &allocated, &len, NULL, 0) == 0 && allocated > 0);
   CHECK(uslab_mallctl("no.such.name", NULL, NULL, NULL, 0) == ENOENT);
   CHECK(uslab_mallctl("arena.4096.purge", NULL, NULL, NULL, 0) == 0);
+
+  /* The memory limit set at run time: a hard one refuses what would pass it (ENOMEM),
+   * and none takes it back. */
+  size_t limit = 1, resident = 0, was = 0;
+  bool hard = true, was_hard = true;
+  len = sizeof was; /* none, or a container's share */
+  CHECK(uslab_mallctl("uslab.memory_limit", &was, &len, NULL, 0) == 0);
+  len = sizeof was_hard;
+  CHECK(uslab_mallctl("uslab.memory_limit_hard", &was_hard, &len, NULL, 0) == 0 && !was_hard);
+  CHECK(uslab_mallctl("epoch", NULL, NULL, &epoch, sizeof epoch) == 0);
+  len = sizeof resident;
+  CHECK(uslab_mallctl("stats.resident", &resident, &len, NULL, 0) == 0 && resident > 0);
+  size_t set = resident + (64u << 20);
+  hard = true;
+  CHECK(uslab_mallctl("uslab.memory_limit_hard", NULL, NULL, &hard, sizeof hard) == 0);
+  CHECK(uslab_mallctl("uslab.memory_limit", NULL, NULL, &set, sizeof set) == 0);
+  len = sizeof limit;
+  CHECK(uslab_mallctl("uslab.memory_limit", &limit, &len, NULL, 0) == 0 && limit == set);
+  errno = 0;
+  void *big = uslab_malloc(256u << 20);
+  CHECK(big == NULL && errno == ENOMEM);
+  void *fits = uslab_malloc(16u << 20);
+  CHECK(fits != NULL);
+  uslab_free(fits);
+  size_t none = 0;
+  CHECK(uslab_mallctl("uslab.memory_limit", NULL, NULL, &none, sizeof none) == 0);
+  big = uslab_malloc(256u << 20);
+  CHECK(big != NULL);
+  uslab_free(big);
+  CHECK(uslab_mallctl("uslab.memory_limit", NULL, NULL, &none, 4) == EINVAL);
+  CHECK(uslab_mallctl("uslab.memory_limit_hard", NULL, NULL, &was_hard, sizeof was_hard) == 0);
+  CHECK(uslab_mallctl("uslab.memory_limit", NULL, NULL, &was, sizeof was) == 0);
 }
 
 int main(void) {

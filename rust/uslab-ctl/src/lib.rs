@@ -151,6 +151,21 @@ pub fn set_background_thread(on: bool) -> Result<(), Error> {
     write("background_thread", on)
 }
 
+/// The memory limit in force (`uslab.memory_limit`; None: none): the option's, the
+/// control group's share, or what [`set_memory_limit`] set.
+pub fn memory_limit() -> Result<Option<usize>, Error> {
+    let bytes: usize = read("uslab.memory_limit")?;
+    Ok(if bytes == 0 { None } else { Some(bytes) })
+}
+
+/// Sets the memory limit now (None: none). Past it the caches and free pages go back
+/// at once; with `hard`, allocations that would pass it fail (Rust's allocation error
+/// handler then runs).
+pub fn set_memory_limit(bytes: Option<usize>, hard: bool) -> Result<(), Error> {
+    write("uslab.memory_limit_hard", hard)?;
+    write("uslab.memory_limit", bytes.unwrap_or(0))
+}
+
 /// The calling thread's cache back to the shared lists (per-thread mode).
 pub fn flush_thread_cache() -> Result<(), Error> {
     call("thread.tcache.flush")

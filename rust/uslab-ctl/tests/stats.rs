@@ -1,6 +1,7 @@
 // The statistics through uslab-ctl agree with the C library's numbers struct and its
 // mallctl, and the controls act: a purge returns memory, the decay time reads back
-// what was written, bad names and sizes are refused as mallctl refuses them.
+// what was written, a hard memory limit refuses, bad names and sizes are refused as
+// mallctl refuses them.
 #[global_allocator]
 static GLOBAL: uslab::Uslab = uslab::Uslab;
 
@@ -44,6 +45,21 @@ fn stats_and_controls() {
     assert_eq!(uslab_ctl::decay_ms().unwrap(), None);
     uslab_ctl::set_decay_ms(old).unwrap();
     uslab_ctl::decay().unwrap();
+
+    // A hard memory limit refuses what would pass it; none takes it back.
+    let was = uslab_ctl::memory_limit().unwrap();
+    let resident = uslab_ctl::resident().unwrap();
+    uslab_ctl::set_memory_limit(Some(resident + (64 << 20)), true).unwrap();
+    assert_eq!(uslab_ctl::memory_limit().unwrap(), Some(resident + (64 << 20)));
+    let mut v: Vec<u8> = Vec::new();
+    assert!(v.try_reserve_exact(256 << 20).is_err(), "the hard limit let 256 MiB through");
+    assert!(v.try_reserve_exact(16 << 20).is_ok());
+    drop(v);
+    uslab_ctl::set_memory_limit(None, false).unwrap();
+    let mut v: Vec<u8> = Vec::new();
+    assert!(v.try_reserve_exact(256 << 20).is_ok());
+    drop(v);
+    uslab_ctl::set_memory_limit(was, false).unwrap();
 
     assert_eq!(uslab_ctl::read::<usize>("no.such.name"), Err(uslab_ctl::Error(2)));
     assert_eq!(uslab_ctl::read::<u32>("stats.allocated"), Err(uslab_ctl::Error(22)));
