@@ -11,7 +11,8 @@ leg() {  # leg NAME COMMAND...: runs it, its output kept for a failure
   shift
   log=$(mktemp)
   local t0=$SECONDS
-  if "$@" >"$log" 2>&1; then
+  # A hung test must not hold CI: 20 minutes a leg at most.
+  if timeout -s KILL 1200 "$@" >"$log" 2>&1; then
     passed=$((passed + 1))
     echo "rust: $name: ok ($((SECONDS - t0)) s; $(grep -c '^test .* ok$' "$log") tests)"
   else
@@ -40,7 +41,10 @@ else
 fi
 if have_target aarch64-unknown-linux-gnu; then
   export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L /usr/aarch64-linux-gnu"
+  # The cross toolchain's loader and C library together, as tools/cross's exe_wrapper:
+  # with libc6:arm64 installed too (the arm64 tier's libhwloc-dev:arm64 brings it) the
+  # loader finds that package's libc.so.6, another release, and the tests hang.
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
   leg "aarch64 glibc (qemu-user)" cargo test --locked --target aarch64-unknown-linux-gnu
 else
   failed=$((failed + 1)); echo "rust: aarch64: FAILED (rustup could not add the target)"

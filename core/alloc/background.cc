@@ -76,7 +76,10 @@ void sleep_until_woken() {
 void* thread_main(void*) {
   thread_tid_.store(current_tid(), std::memory_order_relaxed);
   for (;;) {
-    if (!configured()) {  // turned off (background_enable): the thread ends
+    // Turned off (background_enable), or the program's last thread is gone (main's
+    // pthread_exit, a forked child's one thread returning): the thread ends, and with
+    // it the process, as glibc ends one whose last thread exits (exit(0)).
+    if (!configured() || os::last_live_thread()) {
       g_background_state.store(BackgroundState::kIdle, std::memory_order_release);
       return nullptr;
     }

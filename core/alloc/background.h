@@ -24,6 +24,14 @@
 // path that finds it asleep wakes it (background_poke, one load otherwise): every
 // sheaf miss, page-heap free, huge free, large call and deferred-free miss.
 //
+// The thread must not keep a process alive that its program has left: glibc ends a
+// process when its last thread exits (main's pthread_exit after its workers, a child
+// forked by a thread when that thread returns), and this thread counts. At each
+// wake-up it ends itself when it is the process's last live thread (/proc/self/stat), and
+// glibc's exit(0) then runs on it. A program whose last thread exits while this thread
+// sleeps with no timeout, with no allocator call since, keeps the process until the
+// next wake-up (a reader of the live statistics makes one).
+//
 // Where the thread cannot be started (helper_thread.h: a call from inside libc, a
 // seccomp filter) the start is retried at a later chance; where pthread_create fails
 // (RLIMIT_NPROC, a full thread table) the process carries on with call-driven decay

@@ -505,6 +505,31 @@ long read_file(const char* path, char* buf, size_t cap) {
   return (long)len;
 }
 
+bool last_live_thread() {
+  char buf[1024];
+  long len = read_file("/proc/self/stat", buf, sizeof buf - 1);
+  if (len <= 0) return false;
+  buf[len] = 0;
+  // The fields after the command's name (in parentheses, which it may contain): the
+  // leader's state is field 3, the group's num_threads field 20 (an exited leader
+  // counts until the group ends).
+  const char* p = nullptr;
+  for (long i = len - 1; i >= 0 && !p; i--)
+    if (buf[i] == ')') p = buf + i + 1;
+  if (!p) return false;
+  while (*p == ' ') p++;
+  const char state = *p;
+  for (int field = 3; field < 20; field++) {
+    while (*p && *p != ' ') p++;
+    while (*p == ' ') p++;
+    if (!*p) return false;
+  }
+  int n = 0;
+  for (; *p >= '0' && *p <= '9'; p++) n = n * 10 + (*p - '0');
+  if (n == 1) return true;
+  return n == 2 && state == 'Z' && syscall6(SYS_gettid) != syscall6(SYS_getpid);
+}
+
 bool for_each_line(const char* path, bool (*fn)(const char*, size_t, void*), void* arg) {
   long fd = syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;

@@ -211,6 +211,10 @@ void sleep_ns(uint64_t ns);
 bool read_memory(uintptr_t at, void* out, size_t n);
 // Read up to `cap` bytes of a file into `buf` with raw syscalls; returns length or -1.
 long read_file(const char* path, char* buf, size_t cap);
+// Whether the calling thread is the process's last live one (/proc/self/stat): alone,
+// or beside the thread group's leader, exited and waiting as a zombie for the rest of
+// the group. False where the file cannot be read.
+bool last_live_thread();
 // Whether every writable mapping counts against a limit, pages written or not: strict
 // overcommit (vm.overcommit_memory=2, MAP_NORESERVE ignored) or an address-space
 // rlimit (RLIMIT_AS). Read once, on the first call (a large allocation's).

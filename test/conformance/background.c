@@ -14,11 +14,14 @@
  *            has memory to return
  *   age      a program still allocating 30 ms after it started gets the thread and
  *            the live region, with nothing to give back
+ *   last     the thread keeps no process alive that its program has left: main's
+ *            pthread_exit after its worker ends, and a child forked by a thread that
+ *            then returns, each end with status 0 (as under glibc's malloc)
  *
  * The others run with live_stats=false, which leaves memory to return the one reason
  * to start the thread (age and a heap of 8 MiB count only for the live statistics).
  *
- * usage: background short|libc|fail|seccomp|fork|age  (USLAB_CONF=decay_ms=200) */
+ * usage: background short|libc|fail|seccomp|fork|age|last  (USLAB_CONF=decay_ms=200) */
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -201,6 +204,59 @@ static void test_age(void) {
   CHECK(proc_maps_has("uslab-live"));
 }
 
+/* Waits up to 10 s (times USLAB_TEST_SLOWDOWN) for child pid; its exit status, or -1
+ * when it was still alive (then killed). */
+static int wait_child(pid_t pid) {
+  const char *slow = getenv("USLAB_TEST_SLOWDOWN");
+  long limit_ms = 10000 * (slow ? atol(slow) : 1);
+  for (long waited = 0; waited < limit_ms; waited += 10) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+static void *worker_then_exit(void *arg) {
+  (void)arg;
+  sleep_ms(50); /* main has called pthread_exit by now */
+  peak_and_free();
+  return NULL;
+}
+
+static void *fork_then_return(void *arg) {
+  (void)arg;
+  pid_t pid = fork();
+  if (pid == 0) {
+    peak_and_free(); /* the child's own thread */
+    return (void *)(intptr_t)(state() == USLAB_BACKGROUND_RUNNING ? 0 : 1);
+  }
+  return (void *)(intptr_t)wait_child(pid);
+}
+
+static void test_last(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    peak_and_free();
+    if (state() != USLAB_BACKGROUND_RUNNING) _exit(3);
+    pthread_t t;
+    pthread_create(&t, NULL, worker_then_exit, NULL);
+    pthread_exit(NULL);
+  }
+  int st = wait_child(pid);
+  if (st != 0) fprintf(stderr, "main's pthread_exit: the child ended with %d (-1: never)\n", st);
+  CHECK(st == 0);
+
+  pthread_t t;
+  void *ret = NULL;
+  pthread_create(&t, NULL, fork_then_return, NULL);
+  pthread_join(t, &ret);
+  if (ret) fprintf(stderr, "a thread's child: it ended with %d (-1: never)\n", (int)(intptr_t)ret);
+  CHECK(ret == NULL);
+}
+
 static void test_short(void) {
   void *p[1000];
   for (int round = 0; round < 100; round++) {
@@ -227,6 +283,8 @@ int main(int argc, char **argv) {
     test_fork();
   else if (!strcmp(t, "age"))
     test_age();
+  else if (!strcmp(t, "last"))
+    test_last();
   else
     test_short();
   return check_done("background");
