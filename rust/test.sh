@@ -11,8 +11,9 @@ leg() {  # leg NAME COMMAND...: runs it, its output kept for a failure
   shift
   log=$(mktemp)
   local t0=$SECONDS
-  # A hung test must not hold CI: 20 minutes a leg at most.
-  if timeout -s KILL 1200 "$@" >"$log" 2>&1; then
+  # A hung test must not hold CI: 20 minutes a leg at most (through bash, which runs
+  # the legs that are functions of this script: they are exported).
+  if timeout -s KILL 1200 bash -c '"$@"' leg "$@" >"$log" 2>&1; then
     passed=$((passed + 1))
     echo "rust: $name: ok ($((SECONDS - t0)) s; $(grep -c '^test .* ok$' "$log") tests)"
   else
@@ -35,6 +36,7 @@ if have_target x86_64-unknown-linux-musl; then
       target/x86_64-unknown-linux-musl/debug/examples/hello | tee /dev/stderr |
         grep -q '^5000 distinct words, 40 each; uslab'
   }
+  export -f static_example
   leg "x86_64 musl, a static binary" static_example
 else
   failed=$((failed + 1)); echo "rust: x86_64 musl: FAILED (rustup could not add the target)"
@@ -76,6 +78,7 @@ print("live: %d bytes of 200-byte objects, background %s" % (live, d["background
 assert d["bytes"]["allocated"] >= 40_000_000 and live >= 40_000_000, d["bytes"]
 ' "$json"
 }
+export -f live_read
 leg "live statistics of an idle Rust process" live_read x86_64-unknown-linux-gnu
 leg "live statistics, override" live_read x86_64-unknown-linux-gnu override
 if have_target x86_64-unknown-linux-musl; then
