@@ -86,8 +86,8 @@ fn deferred_free_waits_for_readers() {
                 uslab_synchronize(); // the first was Box's: its grace period by hand
                 drop(Box::from_raw(old));
             } else {
-                // Freed at once, the next node would reuse it under a reader (the
-                // check fails 3 runs of 3 that way).
+                // Freed at once, the next node would reuse it under a reader, and
+                // the reader's check fails.
                 uslab_free_deferred(old.cast());
             }
         }
