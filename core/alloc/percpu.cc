@@ -413,20 +413,37 @@ struct HeaderSet {
 // loop leaves no section able to commit on those headers. False when the fence
 // fails. A fence first, before any header changes: where fences fail for good (a
 // filter that refuses membarrier, installed after start) nothing is detached and the
-// sheaves stay in use on their CPU. Where a fence fails after the swap, the headers
-// stay 0 and the cached objects are abandoned rather than risked.
+// sheaves stay in use on their CPU. Where a fence fails after the swap (a transient
+// failure, or a refusal that began meanwhile), each header taken is put back where it
+// is still 0: the slots were not touched, a section that read the header before the
+// swap and commits after it stores a header that is right for them, and one that
+// read 0 missed and waits for this CPU's lock (held) to open the sheaf. The sheaves
+// stay in use then too, nothing lost.
 bool detach(uint32_t c, const HeaderSet& set, uint32_t* cur) {
   if (!rseq_fence_cpu(c)) return false;
   uint32_t* h = headers(c);
+  uint32_t taken[kSheafHeaders];
   for (unsigned i = 1; i < kSheafHeaders; i++)
-    if (set.has(i)) cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
+    if (set.has(i)) {
+      taken[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST);
+      cur[i] = taken[i] & 0xffff;
+    }
   for (;;) {
-    if (!rseq_fence_cpu(c)) return false;
+    if (!rseq_fence_cpu(c)) {
+      for (unsigned i = 1; i < kSheafHeaders; i++) {
+        uint32_t zero = 0;
+        if (set.has(i) && taken[i] != 0)
+          __atomic_compare_exchange_n(&h[i], &zero, taken[i], false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED);
+      }
+      return false;
+    }
     bool again = false;
     for (unsigned i = 1; i < kSheafHeaders; i++)
       if (set.has(i) && __atomic_load_n(&h[i], __ATOMIC_SEQ_CST) != 0) {
         // A section that read the header before the swap committed after it.
-        cur[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST) & 0xffff;
+        taken[i] = __atomic_exchange_n(&h[i], 0u, __ATOMIC_SEQ_CST);
+        cur[i] = taken[i] & 0xffff;
         again = true;
       }
     if (!again) return true;

@@ -410,6 +410,13 @@ void deferred_barrier() {
   if (grace_in_section()) grace_misuse("uslab_deferred_barrier called inside a read-side section");
   decide();
   seal_open(true);
+  // A CPU whose sheaf could not be taken (its fence failed: membarrier out of memory
+  // past its retries, or refused along with the visit that stands in for it) is
+  // tried again a few times before the barrier leaves its objects there.
+  for (int i = 0; i < 3 && percpu_defer_pending() > 0; i++) {
+    os::sleep_ns(1000000);
+    seal_open(true);
+  }
   uint64_t blocks, chained;
   {
     LockGuard g(queue_lock_);

@@ -1,6 +1,7 @@
 // core/platform/rseq.cc — rseq registration and fences; see rseq.h.
 #include "core/platform/rseq.h"
 
+#include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -139,10 +140,29 @@ void rseq_unregister_thread() {
 
 bool rseq_fence_available() { return fence_ok_; }
 
+// The fence without membarrier, refused by a filter installed after start (the
+// registration at start succeeded): the calling thread runs on `cpu` for a moment.
+// Whatever ran there was preempted by it, and the kernel restarts an rseq critical
+// section whose thread is preempted, so none that began on `cpu` before can still
+// commit. The thread's CPU set is put back after; false where it may not run there.
+static bool fence_by_running_on(uint32_t cpu) {
+  uint64_t old[kMaxCpuMaskWords], one[kMaxCpuMaskWords] = {};
+  long bytes = os::syscall6(SYS_sched_getaffinity, 0, sizeof old, reinterpret_cast<long>(old));
+  if (bytes <= 0 || cpu >= static_cast<uint64_t>(bytes) * 8) return false;
+  one[cpu / 64] = uint64_t{1} << (cpu % 64);
+  if (os::syscall6(SYS_sched_setaffinity, 0, bytes, reinterpret_cast<long>(one)) != 0) return false;
+  unsigned here = ~0u;
+  os::syscall6(SYS_getcpu, reinterpret_cast<long>(&here), 0, 0);
+  os::syscall6(SYS_sched_setaffinity, 0, bytes, reinterpret_cast<long>(old));
+  return here == cpu;
+}
+
 bool rseq_fence_cpu(uint32_t cpu) {
   if (!fence_ok_) return false;
-  return os::membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
-                             static_cast<int>(cpu)) == 0;
+  long r = os::membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
+                          static_cast<int>(cpu));
+  if (r == 0) return true;
+  return (r == -EPERM || r == -ENOSYS) && fence_by_running_on(cpu);
 }
 
 }  // namespace uslab

@@ -15,7 +15,8 @@
 //
 // Locking: rseq_init_process runs once under its own lock; afterwards the mode and
 // the area offset are read-only. Registration is per thread and touches only that
-// thread's TLS. rseq_fence_cpu is a membarrier system call (no lock).
+// thread's TLS. rseq_fence_cpu is a membarrier system call, or a visit to the CPU
+// (no lock).
 #pragma once
 
 #include <cstddef>
@@ -81,8 +82,11 @@ inline uint32_t rseq_cpu_id() {
 }
 
 // Aborts (restarts) every rseq critical section running on `cpu` and returns when
-// it is done (membarrier PRIVATE_EXPEDITED_RSEQ). False when the kernel lacks it.
+// it is done (membarrier PRIVATE_EXPEDITED_RSEQ; where a filter refuses that after
+// start, the calling thread visits `cpu`). False when the kernel lacks it.
 bool rseq_fence_cpu(uint32_t cpu);
+// Words of the CPU masks passed to sched_{get,set}affinity: 4096 CPUs.
+constexpr size_t kMaxCpuMaskWords = 64;
 bool rseq_fence_available();
 
 }  // namespace uslab

@@ -3,12 +3,14 @@
 // that missed, drains those idle for kCacheIdleTicks ticks, and a CPU whose sheaves
 // were all drained gives its slot pages back (those of its empty deferred-free and
 // remote-node sheaves too) and uses them again; how much a drain past the depot's
-// bound and a refill move. (The rseq sections: percpu_rseq_test.cc; the capacity
+// bound and a refill move; another CPU's sheaves emptied where a filter refuses
+// membarrier after start. (The rseq sections: percpu_rseq_test.cc; the capacity
 // policy: capacity_test.cc.) Per-CPU mode only: in the per-thread mode the thread
 // caches' rules apply (thread_cache_test.cc).
 #include <catch2/catch.hpp>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +24,7 @@
 
 using namespace uslab;
 
+#include "test/unit/filtered_child.h"
 #include "test/unit/own_ticks.h"
 #include "test/unit/pinned_cpu.h"
 
@@ -235,4 +238,48 @@ TEST_CASE("a refill moves up to kSheavesPerMove depot sheaves and half the sheaf
   for (void* q : held) heap::free(q);
   percpu_drain_all();
   depot.flush(cls);
+}
+
+TEST_CASE(
+    "another CPU's sheaves are emptied where a filter installed after start refuses "
+    "membarrier") {
+  heap::free(heap::alloc(64));
+  if (!g_percpu || !rseq_fence_available()) return;
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  int a = -1, b = -1;  // two CPUs with regions
+  for (int c = 0; c < CPU_SETSIZE && static_cast<uint32_t>(c) < g_cpu_count; c++)
+    if (CPU_ISSET(c, &all)) (a < 0 ? a : b < 0 ? b : c) = c;
+  if (b < 0) {
+    WARN("one CPU: no other CPU's sheaves to empty");
+    return;
+  }
+  const unsigned cls = size_to_class(200);
+  auto run_on = [](int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(0, sizeof one, &one) == 0;
+  };
+  // In a child: a filter cannot be lifted. Objects cached on CPU a, then emptied
+  // from CPU b: the fence is refused (EPERM), so b's thread visits a instead. Before,
+  // the sheaves stayed full.
+  int status = in_filtered_child({{SYS_membarrier, EPERM}}, [&] {
+    if (!run_on(a)) return false;
+    std::vector<void*> objs;
+    for (int i = 0; i < 200; i++) objs.push_back(heap::alloc(200));
+    for (void* p : objs) heap::free(p);
+    if (cpu_cached(cls) == 0) return false;
+    if (!run_on(b)) return false;
+    percpu_drain_all();
+    cpu_set_t now;
+    bool restored = sched_getaffinity(0, sizeof now, &now) == 0 && CPU_COUNT(&now) == 1 &&
+                    CPU_ISSET(b, &now);  // the visit put its CPU set back
+    return cpu_cached(cls) == 0 && restored;
+  });
+  if (status == 2) {
+    WARN("no seccomp filter could be installed here");
+    return;
+  }
+  CHECK(status == 0);
 }
