@@ -10,6 +10,7 @@
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit CentralList g_central[kMaxShards][kMaxClasses];
+USLAB_SHARD_TABLE(g_central);
 USLAB_LOCK_SET(
     kCentral, [] { return shard_count_now() * uint32_t{kMaxClasses - 1}; },
     [](uint32_t i) { return &g_central[i / (kMaxClasses - 1)][1 + i % (kMaxClasses - 1)].lock(); });

@@ -9,6 +9,7 @@
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit Depot g_depot[kMaxShards][kMaxClasses];
+USLAB_SHARD_TABLE(g_depot);
 
 namespace {
 // Per shard: 16 CPUs filling their depots at once queued on one pool's lock.

@@ -13,6 +13,7 @@
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit PageHeap g_page_heap[kMaxShards];
+USLAB_SHARD_TABLE(g_page_heap);
 USLAB_LOCK_SET(
     kPageHeap, [] { return shard_count_now(); },
     [](uint32_t sh) { return &g_page_heap[sh].lock(); });

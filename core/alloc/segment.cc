@@ -12,6 +12,7 @@ namespace uslab {
 USLAB_LARGE_ZERO constinit std::atomic<PageMap::Leaf*>
     PageMap::root_[size_t{1} << PageMap::kRootBits] = {};
 constinit Mutex PageMap::lock_;
+constinit bool PageMap::root_uncharged_ = false;
 USLAB_LOCK_ONE(kPageMap, PageMap::lock());
 
 static std::atomic<size_t> g_segment_bytes{0};
@@ -25,13 +26,46 @@ static void add_mapped(size_t bytes) {
     background_want_live();
 }
 
+// Before any entry is written (the constructor, or the first reserve): the root's
+// pages made uncharged zero pages, each committed when an entry of it is first set.
+USLAB_STARTUP_TEXT void PageMap::uncharge_root_locked() {
+  if (root_uncharged_) return;
+  os::uncharge_zero(root_, sizeof root_);
+  root_uncharged_ = true;
+}
+
+// Root pages made writable (a bit per OS page of the root), so that each is committed
+// once, over the zero page it was.
+static uint64_t
+    g_root_committed[((sizeof(void*) << PageMap::kRootBits) / 4096 + 63) / 64];  // lock_
+
+bool PageMap::commit_root_page(uintptr_t a) {
+  uintptr_t page = os::page_down(reinterpret_cast<uintptr_t>(&root_[a]));
+  uintptr_t lo = os::page_up(reinterpret_cast<uintptr_t>(root_));
+  uintptr_t hi = os::page_down(reinterpret_cast<uintptr_t>(root_ + (size_t{1} << kRootBits)));
+  if (page < lo || page >= hi) return true;  // never uncharged (the root's ends)
+  size_t i = (page - lo) / os::page_size();
+  uint64_t bit = uint64_t{1} << (i % 64);
+  if (g_root_committed[i / 64] & bit) return true;
+  if (!os::charge_zero(reinterpret_cast<void*>(page), os::page_size())) return false;
+  g_root_committed[i / 64] |= bit;
+  return true;
+}
+
+USLAB_STARTUP_TEXT void PageMap::uncharge_root() {
+  LockGuard g(lock_);
+  uncharge_root_locked();
+}
+
 bool PageMap::reserve(const void* base, size_t bytes) {
   uintptr_t a = reinterpret_cast<uintptr_t>(base) >> (kPageShift + kLeafBits);
   uintptr_t last = (reinterpret_cast<uintptr_t>(base) + bytes - 1) >> (kPageShift + kLeafBits);
   LockGuard g(lock_);
+  uncharge_root_locked();
   for (; a <= last; a++) {
     if (a >= (uintptr_t{1} << kRootBits)) return false;
     if (root_[a].load(std::memory_order_relaxed)) continue;
+    if (!commit_root_page(a)) return false;
     Leaf* leaf = static_cast<Leaf*>(os::map_metadata(sizeof(Leaf)));
     if (!leaf) return false;
     root_[a].store(leaf, std::memory_order_release);

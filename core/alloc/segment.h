@@ -20,7 +20,9 @@
 // heap lock (first/last pages of free and large spans) or by the thread that carves
 // a slab before the slab is published (every page of the slab, with its class);
 // fast-path readers only read entries of spans whose objects they hold. Leaves are
-// created under map_lock when a segment is created, so later writes cannot fail.
+// created under map_lock when a segment is created, so later writes cannot fail. The
+// root (1 MiB) is read-only zero pages, which strict overcommit does not charge, but
+// for the pages whose entries were set (each committed under the lock first).
 // A normal segment's entries fill one 4 KiB page of its leaf, which its destroyer
 // (under the page heap lock) returns to the OS before the unmap: nobody else writes
 // there until the address range is mapped again.
@@ -202,12 +204,23 @@ class PageMap {
   static void release_segment(const void* base);
 
   static Mutex& lock() { return lock_; }
+  // The root's pages uncharged (see above) by the constructor, in a process that has
+  // not allocated yet; a no-op once done.
+  static void uncharge_root();
+  // The root's entry for p (where it lies: which of the root's pages are committed).
+  static const void* root_slot(const void* p) {
+    return &root_[(reinterpret_cast<uintptr_t>(p) >> (kPageShift + kLeafBits)) &
+                  ((uintptr_t{1} << kRootBits) - 1)];
+  }
 
  private:
   struct Leaf {
     std::atomic<uintptr_t> e[size_t{1} << kLeafBits];
   };
   static std::atomic<Leaf*> root_[size_t{1} << kRootBits] USLAB_HIDDEN;
+  static bool root_uncharged_;  // lock_
+  static void uncharge_root_locked() USLAB_REQUIRES(lock_);
+  static bool commit_root_page(uintptr_t root_index) USLAB_REQUIRES(lock_);
   static Mutex lock_;
 };
 

@@ -5,6 +5,12 @@
 
 #include <atomic>
 
+// The linker's bounds of the tables' registry (hidden: this library's own).
+extern "C" const uslab::ShardTable* const __start_uslab_shard_tables[]
+    __attribute__((visibility("hidden")));
+extern "C" const uslab::ShardTable* const __stop_uslab_shard_tables[]
+    __attribute__((visibility("hidden")));
+
 namespace uslab {
 
 USLAB_LARGE_ZERO constinit uint8_t g_cpu_shard[kTopoMaxCpus];
@@ -19,6 +25,7 @@ constinit Mutex map_lock_;
 USLAB_LOCK_ONE(kShardMap, map_lock_);
 constinit std::atomic<uint32_t> count_{0};  // 0 until the first map is built
 constinit std::atomic<uint32_t> per_{1};
+constinit std::atomic<uint32_t> limit_{kMaxShards};  // shards the map may use (build)
 constinit std::atomic<uint32_t> nodes_{1};
 constinit std::atomic<uint32_t> next_thread_{0};
 constinit std::atomic<NodeBinding> binding_{NodeBinding::kOneNode};
@@ -27,6 +34,38 @@ USLAB_LARGE_ZERO constinit std::atomic<uint64_t> remote_frees_[kTopoMaxNodes];
 USLAB_LARGE_ZERO Topology topo_;      // zero-initialised; written under map_lock_
 uint8_t node_first_[kTopoMaxNodes];   // the node's first shard
 uint8_t node_shards_[kTopoMaxNodes];  // and how many it has (0: no CPUs)
+
+bool tables_uncharged_ = false;           // map_lock_
+uint32_t tables_committed_ = kMaxShards;  // map_lock_ (written); shards writable
+
+// The whole pages past shard 0's entries of every registered table.
+USLAB_STARTUP_TEXT void tables_uncharge() USLAB_REQUIRES(map_lock_) {
+  if (tables_uncharged_) return;
+  tables_uncharged_ = true;
+  for (const ShardTable* const* t = __start_uslab_shard_tables; t < __stop_uslab_shard_tables; t++)
+    os::uncharge_zero(static_cast<char*>((*t)->base) + (*t)->stride,
+                      (kMaxShards - 1) * (*t)->stride);
+  __atomic_store_n(&tables_committed_, 1u, __ATOMIC_RELAXED);
+}
+
+// The pages of shards [have, n) that are still read-only: from the first page past
+// shard have - 1's entries (that one is writable) to the last of shard n - 1's,
+// inside the pages tables_uncharge replaced.
+bool tables_commit(unsigned n) USLAB_REQUIRES(map_lock_) {
+  uint32_t have = __atomic_load_n(&tables_committed_, __ATOMIC_RELAXED);
+  if (n <= have) return true;
+  for (const ShardTable* const* t = __start_uslab_shard_tables; t < __stop_uslab_shard_tables;
+       t++) {
+    uintptr_t base = reinterpret_cast<uintptr_t>((*t)->base);
+    uintptr_t lo = os::page_up(base + have * (*t)->stride);
+    uintptr_t hi = os::page_up(base + n * (*t)->stride);
+    uintptr_t end = os::page_down(base + kMaxShards * (*t)->stride);
+    if (hi > end) hi = end;
+    if (hi > lo && !os::charge_zero(reinterpret_cast<void*>(lo), hi - lo)) return false;
+  }
+  __atomic_store_n(&tables_committed_, n, __ATOMIC_RELAXED);
+  return true;
+}
 
 template <typename T>
 void store(T& x, T v) {
@@ -37,34 +76,43 @@ T load(const T& x) {
   return __atomic_load_n(&x, __ATOMIC_RELAXED);
 }
 
-// Builds the map from topo_ (map_lock_ held).
+// Builds the map from topo_ (map_lock_ held). A shard gets CPUs only once its
+// entries of the shard tables are writable (shard.h); where the kernel refuses that
+// (the commit limit of strict overcommit), the shards it has take every node, as
+// past kMaxShards.
 void build() {
   config_init();
   const uint32_t span = topo_.cpus_possible < kTopoMaxCpus ? topo_.cpus_possible : kTopoMaxCpus;
   uint32_t ncpu[kTopoMaxNodes] = {};
   for (uint32_t c = 0; c < span; c++) ncpu[topo_.cpu_node[c]]++;
   // Every node with CPUs gets whole shards; more CPUs per shard until they fit.
-  uint32_t per = g_config.shard_cpus ? static_cast<uint32_t>(g_config.shard_cpus) : 1;
-  for (;; per++) {
-    uint32_t total = 0;
-    for (uint32_t n = 0; n < kTopoMaxNodes; n++) total += (ncpu[n] + per - 1) / per;
-    if (total <= kMaxShards || per >= span) break;
+  uint32_t limit = kMaxShards, per;
+  for (;;) {
+    uint32_t total;
+    for (per = g_config.shard_cpus ? static_cast<uint32_t>(g_config.shard_cpus) : 1;; per++) {
+      total = 0;
+      for (uint32_t n = 0; n < kTopoMaxNodes; n++) total += (ncpu[n] + per - 1) / per;
+      if (total <= limit || per >= span) break;
+    }
+    if (tables_commit(total < 1 ? 1 : total < limit ? total : limit)) break;
+    limit = __atomic_load_n(&tables_committed_, __ATOMIC_RELAXED);
   }
+  limit_.store(limit, std::memory_order_relaxed);
   uint32_t next = 0;
   for (uint32_t n = 0; n < kTopoMaxNodes; n++) {
     uint32_t k = (ncpu[n] + per - 1) / per;
-    store(node_first_[n], static_cast<uint8_t>(next % kMaxShards));
-    store(node_shards_[n], static_cast<uint8_t>(k < kMaxShards ? k : kMaxShards));
+    store(node_first_[n], static_cast<uint8_t>(next % limit));
+    store(node_shards_[n], static_cast<uint8_t>(k < limit ? k : limit));
     for (uint32_t i = 0; i < k; i++)
-      store(g_shard_node[(next + i) % kMaxShards], static_cast<uint8_t>(n));
+      store(g_shard_node[(next + i) % limit], static_cast<uint8_t>(n));
     next += k;
   }
   uint32_t seen[kTopoMaxNodes] = {};
   for (uint32_t c = 0; c < span; c++) {
     uint32_t n = topo_.cpu_node[c];
-    store(g_cpu_shard[c], static_cast<uint8_t>((node_first_[n] + seen[n]++ / per) % kMaxShards));
+    store(g_cpu_shard[c], static_cast<uint8_t>((node_first_[n] + seen[n]++ / per) % limit));
   }
-  uint32_t count = next < kMaxShards ? next : kMaxShards;
+  uint32_t count = next < limit ? next : limit;
   if (count == 0) count = 1;
   __atomic_store_n(&g_cpu_shard_span, span, __ATOMIC_RELAXED);
   per_.store(per, std::memory_order_relaxed);
@@ -84,7 +132,9 @@ void build() {
 uint32_t init() {
   LockGuard g(map_lock_);
   if (uint32_t n = count_.load(std::memory_order_acquire)) return n;
-  // The first use of the heap's arrays (.lbss; topo_ is one): small pages first.
+  // The first use of the heap's arrays (.lbss; topo_ is one): the shard tables'
+  // unused pages uncharged, then small pages (the new mappings are advised too).
+  tables_uncharge();
   os::advise_bss_small_pages();
   topology_probe(&topo_, false);
   build();
@@ -92,6 +142,18 @@ uint32_t init() {
 }
 
 }  // namespace
+
+USLAB_STARTUP_TEXT void shard_tables_uncharge_at_start() {
+  LockGuard g(map_lock_);
+  tables_uncharge();
+}
+
+unsigned shard_tables_committed() { return __atomic_load_n(&tables_committed_, __ATOMIC_RELAXED); }
+
+bool shard_tables_commit(unsigned n) {
+  LockGuard g(map_lock_);
+  return tables_commit(n);
+}
 
 unsigned shard_count() {
   uint32_t n = count_.load(std::memory_order_acquire);
@@ -121,7 +183,8 @@ unsigned shard_for_new_thread() {
   if (os::syscall6(SYS_getcpu, reinterpret_cast<long>(&cpu), 0, 0) != 0) cpu = 0;
   unsigned node = node_of_cpu(cpu);
   uint32_t k = load(node_shards_[node]);
-  return k ? (load(node_first_[node]) + i % k) % kMaxShards : i % shard_count();
+  return k ? (load(node_first_[node]) + i % k) % limit_.load(std::memory_order_relaxed)
+           : i % shard_count();
 }
 
 unsigned node_count() {

@@ -97,6 +97,43 @@ const Topology& topology_in_use();
 // answer; true when the map changed. A failure keeps the probe's map (with a
 // warning when hwloc was asked for by name).
 bool topology_adopt_hwloc();
+// Shard-indexed tables: arrays of kMaxShards entries (a page heap, a row of central
+// lists or depots), registered by their owners with USLAB_SHARD_TABLE. Strict
+// overcommit (vm.overcommit_memory=2, many database hosts' setting) charges every
+// writable private page when it is mapped, touched or not: in .lbss, the tables (3
+// MiB) would charge every process, and each forked child once more, for the shards
+// of a machine far larger than its own. So the entries past shard 0 are read-only
+// zero pages (os::uncharge_zero) from the constructor or the first map, whichever
+// comes first, and the map commits a shard's entries before it gives the shard CPUs;
+// where the kernel refuses (the commit limit), the shards it has take every node, as
+// past kMaxShards. Nothing writes a shard's entries before then: every index comes
+// from the map (a CPU's shard, a slab's, a thread cache's), and shard 0 serves before
+// the map exists. Readers of any shard read zeros.
+struct ShardTable {
+  void* base;
+  size_t stride;  // bytes of one shard's entry
+};
+// At namespace scope, after the array's definition: USLAB_SHARD_TABLE(g_page_heap).
+// The section holds pointers, as the lock table's does (lock_table.h says why).
+#define USLAB_SHARD_TABLE_NAME2(a, b) a##b
+#define USLAB_SHARD_TABLE_NAME(a, n) USLAB_SHARD_TABLE_NAME2(a, n)
+#define USLAB_SHARD_TABLE_AT(n, array)                                                  \
+  constinit const ::uslab::ShardTable USLAB_SHARD_TABLE_NAME(uslab_shard_table_, n) = { \
+      &(array), sizeof(array)[0]};                                                      \
+  static_assert(sizeof(array) / sizeof(array)[0] == ::uslab::kMaxShards);               \
+  [[gnu::used, gnu::retain,                                                             \
+    gnu::section("uslab_shard_tables")]] constinit const ::uslab::ShardTable* const     \
+  USLAB_SHARD_TABLE_NAME(uslab_shard_table_ref_, n) =                                   \
+      &USLAB_SHARD_TABLE_NAME(uslab_shard_table_, n)
+#define USLAB_SHARD_TABLE(array) USLAB_SHARD_TABLE_AT(__COUNTER__, array)
+// Run by the allocator's constructor: the tables' entries past shard 0 uncharged in
+// a process that has not allocated yet, which may never.
+void shard_tables_uncharge_at_start();
+// How many shards' entries are writable (kMaxShards until the first uncharge).
+unsigned shard_tables_committed();
+// Makes the entries of shards [0, n) writable; false when the kernel refused
+// (shard_tables_committed() says how many are). The map calls it; tests too.
+bool shard_tables_commit(unsigned n);
 // Rebuilds the map from t (tests and topology_adopt_hwloc).
 void topology_adopt(const Topology& t);
 

@@ -13,6 +13,9 @@ namespace uslab::heap {
 
 USLAB_STARTUP_TEXT void init() {
   config_init();
+  // Strict overcommit charges uslab's tables whole, used or not (shard.h, segment.h).
+  shard_tables_uncharge_at_start();
+  PageMap::uncharge_root();
   // hwloc allocates: only from here, the constructor, never inside an allocation.
   if (topology_adopt_hwloc()) percpu_nodes_changed();
   stats_report_init();

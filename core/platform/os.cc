@@ -307,6 +307,31 @@ bool protect(void* p, size_t bytes, bool accessible) {
                   accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
+USLAB_STARTUP_TEXT bool uncharge_zero(void* p, size_t bytes) {
+  uintptr_t lo = page_up(reinterpret_cast<uintptr_t>(p));
+  uintptr_t hi = page_down(reinterpret_cast<uintptr_t>(p) + bytes);
+  if (hi <= lo) return true;
+  long r = syscall6(SYS_mmap, (long)lo, (long)(hi - lo), PROT_READ,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (!failed(r)) return true;
+  // A failed MAP_FIXED may have unmapped the range already: zero pages put back,
+  // writable (a read-only mapping is charged nothing, so no limit refused it).
+  syscall6(SYS_mmap, (long)lo, (long)(hi - lo), PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  return false;
+}
+
+bool charge_zero(void* p, size_t bytes) {
+  USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)) && page_aligned(bytes));
+  long r = syscall6(SYS_mprotect, reinterpret_cast<long>(p), static_cast<long>(bytes),
+                    PROT_READ | PROT_WRITE);
+  if (r == 0) return true;
+  if (r == -ENOMEM) return false;
+  r = syscall6(SYS_mmap, reinterpret_cast<long>(p), static_cast<long>(bytes),
+               PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  return !failed(r);
+}
+
 bool guard_region(void* p, size_t bytes, bool install) {
   constexpr int kInstall = 102, kRemove = 103;  // Linux 6.13's values (older headers lack them)
   USLAB_DCHECK(page_aligned(reinterpret_cast<uintptr_t>(p)) && page_aligned(bytes));

@@ -139,6 +139,18 @@ void populate(const void* p, size_t bytes);
 // mprotect: read/write, or no access at all (guard pages); false when refused (the
 // kernel's limit on mappings, vm.max_map_count, counts every split).
 bool protect(void* p, size_t bytes, bool accessible);
+// Replaces the whole OS pages inside [p, p + bytes), which must hold zeros that no
+// one writes meanwhile, with read-only zero pages (a new private mapping over them):
+// strict overcommit charges a writable private page whether it is touched or not, a
+// read-only one not at all. Readers still read zeros.
+bool uncharge_zero(void* p, size_t bytes);
+// Makes [p, p + bytes), whole OS pages that uncharge_zero left and no one wrote since,
+// writable, and charged. False when the kernel refused for want of memory (ENOMEM:
+// the commit limit, or vm.max_map_count); the pages stay read-only then. mprotect,
+// which fails without changing anything: a new mapping over the pages would leave a
+// hole where it fails at the limit (Linux before 6.12 unmaps first); a mapping only
+// where mprotect is refused otherwise (a filter).
+bool charge_zero(void* p, size_t bytes);
 // Guard regions (madvise MADV_GUARD_INSTALL / MADV_GUARD_REMOVE, Linux 6.13): pages
 // of a private anonymous mapping marked in its page tables so that any access faults
 // (SIGSEGV), with no mapping split; installing drops what the pages held, removing

@@ -78,12 +78,18 @@ absorbed munmap:ENOMEM:p300@6 madvise:EINVAL:1+ madvise:ENOMEM:p300@7 madvise:EA
   madvise:EPERM:20+
 set_env USLAB_CONF=guard_sample=16k
 absorbed mprotect:ENOMEM:p300@9 mprotect:EACCES:1+
+# Shards' tables are made writable as the map gives shards CPUs (a shard a CPU here),
+# the page map's root a page at a time: refused (the commit limit), the map makes do
+# with fewer shards, and an allocation whose root page is refused fails.
+set_env USLAB_CONF=shard_cpus=1
+allocating mprotect:ENOMEM:1 mprotect:ENOMEM:2
 set_env USLAB_STATS=1
 absorbed mincore:ENOMEM:1+
 set_env
 # The CPU set, randomness, fences, files.
 absorbed sched_getaffinity:EINVAL:1+ getrandom:EAGAIN:1+ getrandom:ENOSYS:1+ \
-  membarrier:ENOMEM:p300@11 membarrier:EPERM:1+ membarrier:ENOSYS:1+ openat:EMFILE:1+ \
+  membarrier:ENOMEM:p300@11 membarrier:EPERM:1+ membarrier:ENOSYS:1+ membarrier:EPERM:20+ \
+  membarrier:EPERM:p100@18 "membarrier:EPERM:p100@19;sched_getaffinity:EPERM:1+" openat:EMFILE:1+ \
   openat:ENFILE:p300@12 openat:EACCES:1+
 # On two NUMA nodes (hwloc's synthetic ones): binding segments, the task's policy.
 set_env USLAB_CONF=topology=hwloc "HWLOC_SYNTHETIC=numa:2 pu:1"

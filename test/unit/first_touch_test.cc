@@ -1,6 +1,7 @@
 // core/alloc/first_touch.h: a shard's and a CPU's metadata are pages of their own,
 // never the zero page, before anything reads them (checked through
-// /proc/self/pagemap).
+// /proc/self/pagemap); the tables of shards not in use (shard.h), and the page map's
+// root, are pages strict overcommit does not charge (/proc/self/smaps).
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cstring>
@@ -10,10 +11,12 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "core/alloc/depot.h"
 #include "core/alloc/first_touch.h"
 #include "core/alloc/percpu.h"
 #include "core/core.h"
 #include "test/unit/own_ticks.h"
+#include "test/unit/vm_flags.h"
 
 using namespace uslab;
 
@@ -85,7 +88,9 @@ TEST_CASE("os::populate gives pages read as the zero page their own memory, cont
   os::unmap(p, bytes);
 }
 
-TEST_CASE("a shard's page heap and central lists get pages of their own at its first use") {
+TEST_CASE(
+    "a shard's tables are uncharged zero pages until the map commits them, then pages of "
+    "their own at its first use") {
   const unsigned sh = kMaxShards - 1;  // past the shards a machine of this size uses
   if (shard_count() > sh) {
     WARN("every shard is in use on this machine");
@@ -96,21 +101,66 @@ TEST_CASE("a shard's page heap and central lists get pages of their own at its f
     const void* p;
     size_t bytes;
   } rows[] = {{&g_page_heap[sh], sizeof g_page_heap[sh]},
-              {g_central[sh], sizeof g_central[sh]}};
+              {g_central[sh], sizeof g_central[sh]},
+              {g_depot[sh], sizeof g_depot[sh]}};
+  // Strict overcommit would charge a writable page (VmFlags "ac"); a read-only one it
+  // does not. A page in the middle of each row: the ends may share a page with
+  // neighbours that stay writable.
+  auto middle = [](const Row& r) { return static_cast<const char*>(r.p) + r.bytes / 2; };
+  if (shard_tables_committed() <= sh) {
+    for (const Row& r : rows) {
+      std::string flags = vm_flags(middle(r));
+      INFO(flags);
+      CHECK_FALSE(has_flag(flags, "wr"));
+      CHECK_FALSE(has_flag(flags, "ac"));
+    }
+  } else {
+    WARN("an earlier test committed every shard's tables");
+  }
+  REQUIRE(shard_tables_commit(kMaxShards));
+  for (const Row& r : rows) {
+    std::string flags = vm_flags(middle(r));
+    INFO(flags);
+    CHECK(has_flag(flags, "wr"));
+  }
   // Read first, as the lists are: without preparing, the pages are the zero page.
   size_t zero = 0;
   for (const Row& r : rows) {
     read_pages(r.p, r.bytes);
     zero += count_pages(r.p, r.bytes).zero;
   }
-  REQUIRE(zero >= 6);  // the rows span 9-10 pages; only those shared with neighbours may be written
+  REQUIRE(zero >=
+          10);  // the rows span 13-15 pages; only those shared with neighbours may be written
   prepare_shard(sh);
   REQUIRE(shard_prepared(sh));
   for (const Row& r : rows) {
+    if (r.p == g_depot[sh]) continue;  // written before read: not prepared (first_touch.h)
     PageCount n = count_pages(r.p, r.bytes);
     CHECK(n.zero == 0);
     CHECK(n.own == pages_overlapping(r.p, r.bytes));
   }
+}
+
+TEST_CASE("the page map's root is writable only where its entries were set") {
+  void* p = heap::alloc(200);
+  REQUIRE(p);
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  // The root entry of an address 512 GiB away, on a page of the root no entry of this
+  // process is on: read-only, uncharged.
+  const void* far = nullptr;
+  for (uintptr_t delta = uintptr_t{512} << 30; delta < (uintptr_t{1} << 46); delta <<= 1) {
+    uintptr_t b = a ^ delta;
+    (void)PageMap::entry(reinterpret_cast<void*>(b));  // reads the root: zero, never a fault
+    std::string flags = vm_flags(PageMap::root_slot(reinterpret_cast<void*>(b)));
+    if (!has_flag(flags, "wr")) {
+      far = PageMap::root_slot(reinterpret_cast<void*>(b));
+      CHECK_FALSE(has_flag(flags, "ac"));
+      break;
+    }
+  }
+  CHECK(far != nullptr);
+  CHECK(has_flag(vm_flags(PageMap::root_slot(p)), "wr"));
+  heap::free(p);
 }
 
 TEST_CASE("the shard an allocation used is prepared") {

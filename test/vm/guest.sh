@@ -346,7 +346,9 @@ check_footprint() {
 # memory: each allocator starts python3, then test/vm/commit.c allocates objects of
 # 64 B, 4 KiB, 1 MiB and 2 MiB on every CPU until malloc fails; uslab must fail with
 # ENOMEM, keep every object intact, allocate again after frees and reach 85% of the
-# headroom. The share each allocator reached is printed (bench/RESULTS.md's table).
+# headroom. The share each allocator reached is printed (bench/RESULTS.md's table),
+# and the commit charge each adds to /bin/true, python3 and 64 threads, where uslab's
+# may be no more than the lowest peer's.
 check_overcommit() {
   local bad=0 mode ratio a s out rc
   mode=$(cat /proc/sys/vm/overcommit_memory) ratio=$(cat /proc/sys/vm/overcommit_ratio)
@@ -363,6 +365,25 @@ check_overcommit() {
         $([ $a = uslab ] && echo 85) 2>&1); rc=$?
       echo "   $a: ${out:-no output} (exit $rc)"
       [ $a = uslab ] && [ $rc -ne 0 ] && { echo "FAIL: uslab under strict overcommit, $s B"; bad=1; }
+    done
+  done
+  # What each allocator adds to a process's commit charge before it does anything
+  # (test/conformance/startup_charge.sh): uslab at most the lowest of the peers.
+  local -A charge
+  for a in glibc uslab jemalloc mimalloc tcmalloc; do
+    [ -z "${peer_lib[$a]}" ] || [ -e "${peer_lib[$a]}" ] || continue
+    charge[$a]=$(bash "$src/test/conformance/startup_charge.sh" "${peer_lib[$a]}" "" \
+      "$build/test/libcharge_probe.so" "$build/test/threads_at_exit" -) || bad=1
+    echo "== $a: commit charge at exit, KiB: ${charge[$a]}"
+  done
+  local cmd u p
+  for cmd in true python3 threads; do
+    u=$(awk -v k=$cmd '{for (i = 1; i < NF; i += 2) if ($i == k) print $(i + 1)}' <<<"${charge[uslab]}")
+    for a in jemalloc mimalloc tcmalloc; do
+      [ -n "${charge[$a]:-}" ] || continue
+      p=$(awk -v k=$cmd '{for (i = 1; i < NF; i += 2) if ($i == k) print $(i + 1)}' <<<"${charge[$a]}")
+      [ -n "$u" ] && [ -n "$p" ] && [ "$u" -gt "$p" ] &&
+        { echo "FAIL: $cmd: uslab's commit charge $u KiB is above $a's $p KiB"; bad=1; }
     done
   done
   echo "$ratio" >/proc/sys/vm/overcommit_ratio; echo "$mode" >/proc/sys/vm/overcommit_memory
