@@ -80,7 +80,7 @@ T load(const T& x) {
 // entries of the shard tables are writable (shard.h); where the kernel refuses that
 // (the commit limit of strict overcommit), the shards it has take every node, as
 // past kMaxShards.
-void build() {
+void build() USLAB_REQUIRES(map_lock_) {
   config_init();
   const uint32_t span = topo_.cpus_possible < kTopoMaxCpus ? topo_.cpus_possible : kTopoMaxCpus;
   uint32_t ncpu[kTopoMaxNodes] = {};
