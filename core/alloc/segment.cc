@@ -35,8 +35,9 @@ USLAB_STARTUP_TEXT void PageMap::uncharge_root_locked() {
 }
 
 // Root pages made writable (a bit per OS page of the root), so that each is committed
-// once, over the zero page it was.
-static uint64_t
+// once, over the zero page it was. Among the big arrays: a process that never
+// allocates never touches it, and start-up's small globals keep their pages.
+USLAB_LARGE_ZERO static uint64_t
     g_root_committed[((sizeof(void*) << PageMap::kRootBits) / 4096 + 63) / 64];  // lock_
 
 bool PageMap::commit_root_page(uintptr_t a) {

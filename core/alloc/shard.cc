@@ -25,7 +25,6 @@ constinit Mutex map_lock_;
 USLAB_LOCK_ONE(kShardMap, map_lock_);
 constinit std::atomic<uint32_t> count_{0};  // 0 until the first map is built
 constinit std::atomic<uint32_t> per_{1};
-constinit std::atomic<uint32_t> limit_{kMaxShards};  // shards the map may use (build)
 constinit std::atomic<uint32_t> nodes_{1};
 constinit std::atomic<uint32_t> next_thread_{0};
 constinit std::atomic<NodeBinding> binding_{NodeBinding::kOneNode};
@@ -36,7 +35,14 @@ uint8_t node_first_[kTopoMaxNodes];   // the node's first shard
 uint8_t node_shards_[kTopoMaxNodes];  // and how many it has (0: no CPUs)
 
 bool tables_uncharged_ = false;           // map_lock_
-uint32_t tables_committed_ = kMaxShards;  // map_lock_ (written); shards writable
+// Shards whose entries are writable (written under map_lock_); 0 until
+// tables_uncharge: all of them (zero-initialised, so that it takes no page of .data).
+uint32_t tables_committed_ = 0;
+
+uint32_t committed() {
+  uint32_t n = __atomic_load_n(&tables_committed_, __ATOMIC_RELAXED);
+  return n ? n : kMaxShards;
+}
 
 // The whole pages past shard 0's entries of every registered table.
 USLAB_STARTUP_TEXT void tables_uncharge() USLAB_REQUIRES(map_lock_) {
@@ -52,7 +58,7 @@ USLAB_STARTUP_TEXT void tables_uncharge() USLAB_REQUIRES(map_lock_) {
 // shard have - 1's entries (that one is writable) to the last of shard n - 1's,
 // inside the pages tables_uncharge replaced.
 bool tables_commit(unsigned n) USLAB_REQUIRES(map_lock_) {
-  uint32_t have = __atomic_load_n(&tables_committed_, __ATOMIC_RELAXED);
+  uint32_t have = committed();
   if (n <= have) return true;
   for (const ShardTable* const* t = __start_uslab_shard_tables; t < __stop_uslab_shard_tables;
        t++) {
@@ -95,9 +101,8 @@ void build() USLAB_REQUIRES(map_lock_) {
       if (total <= limit || per >= span) break;
     }
     if (tables_commit(total < 1 ? 1 : total < limit ? total : limit)) break;
-    limit = __atomic_load_n(&tables_committed_, __ATOMIC_RELAXED);
+    limit = committed();
   }
-  limit_.store(limit, std::memory_order_relaxed);
   uint32_t next = 0;
   for (uint32_t n = 0; n < kTopoMaxNodes; n++) {
     uint32_t k = (ncpu[n] + per - 1) / per;
@@ -148,7 +153,7 @@ USLAB_STARTUP_TEXT void shard_tables_uncharge_at_start() {
   tables_uncharge();
 }
 
-unsigned shard_tables_committed() { return __atomic_load_n(&tables_committed_, __ATOMIC_RELAXED); }
+unsigned shard_tables_committed() { return committed(); }
 
 bool shard_tables_commit(unsigned n) {
   LockGuard g(map_lock_);
@@ -183,8 +188,8 @@ unsigned shard_for_new_thread() {
   if (os::syscall6(SYS_getcpu, reinterpret_cast<long>(&cpu), 0, 0) != 0) cpu = 0;
   unsigned node = node_of_cpu(cpu);
   uint32_t k = load(node_shards_[node]);
-  return k ? (load(node_first_[node]) + i % k) % limit_.load(std::memory_order_relaxed)
-           : i % shard_count();
+  // Past the shards the map could have (folded nodes), within those it has.
+  return k ? (load(node_first_[node]) + i % k) % committed() : i % shard_count();
 }
 
 unsigned node_count() {
