@@ -24,9 +24,9 @@
 // shard's depot meanwhile only allocates from that shard). shard_count() only
 // grows, so the shards of the first map are still visited afterwards.
 //
-// Locking: map_lock_ (shard.cc) serialises building the map and probing the cache
-// sizes of the topology in use (done once, by topology_in_use); readers of the map
-// take none.
+// Locking: map_lock_ (shard.cc) serialises building the map, probing the cache
+// sizes of the topology in use (done once, by topology_in_use) and uncharging and
+// committing the shard tables' entries (below); readers of the map take none.
 #pragma once
 
 #include <cstddef>

@@ -307,17 +307,20 @@ bool protect(void* p, size_t bytes, bool accessible) {
                   accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
+// Fresh zero pages of protection `prot` in place of whatever [p, p + bytes) held.
+USLAB_STARTUP_TEXT static bool map_zero_over(void* p, size_t bytes, int prot) {
+  return !failed(syscall6(SYS_mmap, reinterpret_cast<long>(p), static_cast<long>(bytes), prot,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
+}
+
 USLAB_STARTUP_TEXT bool uncharge_zero(void* p, size_t bytes) {
   uintptr_t lo = page_up(reinterpret_cast<uintptr_t>(p));
   uintptr_t hi = page_down(reinterpret_cast<uintptr_t>(p) + bytes);
   if (hi <= lo) return true;
-  long r = syscall6(SYS_mmap, (long)lo, (long)(hi - lo), PROT_READ,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  if (!failed(r)) return true;
+  if (map_zero_over(reinterpret_cast<void*>(lo), hi - lo, PROT_READ)) return true;
   // A failed MAP_FIXED may have unmapped the range already: zero pages put back,
   // writable (a read-only mapping is charged nothing, so no limit refused it).
-  syscall6(SYS_mmap, (long)lo, (long)(hi - lo), PROT_READ | PROT_WRITE,
-           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  map_zero_over(reinterpret_cast<void*>(lo), hi - lo, PROT_READ | PROT_WRITE);
   return false;
 }
 
@@ -326,10 +329,7 @@ bool charge_zero(void* p, size_t bytes) {
   long r = syscall6(SYS_mprotect, reinterpret_cast<long>(p), static_cast<long>(bytes),
                     PROT_READ | PROT_WRITE);
   if (r == 0) return true;
-  if (r == -ENOMEM) return false;
-  r = syscall6(SYS_mmap, reinterpret_cast<long>(p), static_cast<long>(bytes),
-               PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  return !failed(r);
+  return r != -ENOMEM && map_zero_over(p, bytes, PROT_READ | PROT_WRITE);
 }
 
 bool guard_region(void* p, size_t bytes, bool install) {
